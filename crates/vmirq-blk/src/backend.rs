@@ -1,0 +1,246 @@
+//! The vhost-user-blk device: the `VhostUserBackend` implementation that connects the
+//! rust-vmm vhost-user machinery (protocol, memory table, vrings, worker epoll loops) to one
+//! [`QueueEngine`] per queue.
+//!
+//! Event ids in each worker's epoll: `0..queues` are the vring kicks (registered by
+//! vhost-user-backend), `queues` is its exit/enable event, and `queues + 1 + q` is the hold
+//! timer of queue `q` (registered by the server after the daemon is created).
+
+use crate::engine::{QueueEngine, Ring};
+use crate::virtio::{feature, BlkConfig};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Mutex, PoisonError};
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringState, VringT};
+use virtio_queue::Queue;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+/// Guest memory as the vhost-user machinery shares it.
+pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap>;
+
+/// The device of one frontend connection.
+pub struct BlkBackend {
+    config: BlkConfig,
+    queue_size: u16,
+    features: u64,
+    mem: GuestMem,
+    engines: Vec<Mutex<QueueEngine>>,
+    /// Queue bitmask per worker thread.
+    masks: Vec<u64>,
+    /// Raw fds of the exit-event consumers handed to the worker epoll loops (see
+    /// [`BlkBackend::exit_consumer_fds`]).
+    exit_fds: Mutex<Vec<RawFd>>,
+}
+
+impl BlkBackend {
+    /// A device over `engines` (one per queue, in order), split into `params.threads`
+    /// contiguous groups of queues.
+    #[must_use]
+    pub fn new(params: DeviceParams, mem: GuestMem, engines: Vec<QueueEngine>) -> Self {
+        let DeviceParams {
+            config,
+            read_only,
+            queue_size,
+            threads,
+        } = params;
+        let mut features = bit(feature::VERSION_1)
+            | bit(feature::RING_INDIRECT_DESC)
+            | bit(feature::RING_EVENT_IDX)
+            | bit(feature::VHOST_USER_PROTOCOL_FEATURES)
+            | bit(feature::BLK_SEG_MAX)
+            | bit(feature::BLK_BLK_SIZE)
+            | bit(feature::BLK_FLUSH)
+            | bit(feature::BLK_MQ);
+        if read_only {
+            features |= bit(feature::BLK_RO);
+        } else {
+            features |= bit(feature::BLK_DISCARD) | bit(feature::BLK_WRITE_ZEROES);
+        }
+        let masks = thread_masks(engines.len(), usize::from(threads));
+        let engines = engines.into_iter().map(Mutex::new).collect();
+        Self {
+            config,
+            queue_size,
+            features,
+            mem,
+            engines,
+            masks,
+            exit_fds: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Queue bitmask of each worker thread.
+    #[must_use]
+    pub fn masks(&self) -> &[u64] {
+        &self.masks
+    }
+
+    /// Hold-timer fd of queue `q`.
+    #[must_use]
+    pub fn timer_fd(&self, q: usize) -> Option<RawFd> {
+        let e = self.engines.get(q)?;
+        Some(e.lock().unwrap_or_else(PoisonError::into_inner).timer_fd())
+    }
+
+    /// Epoll event id of queue `q`'s hold timer.
+    #[must_use]
+    pub fn timer_event(&self, q: usize) -> u64 {
+        (self.engines.len() + 1 + q) as u64
+    }
+
+    /// The exit-event consumer fds given to vhost-user-backend's worker loops. The library
+    /// registers them with `into_raw_fd` and never closes them; the server closes them after
+    /// the daemon (and so every worker) is gone, so reconnects do not leak descriptors.
+    pub fn take_exit_consumer_fds(&self) -> Vec<RawFd> {
+        std::mem::take(&mut *self.exit_fds.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn with_engine<F: FnOnce(&mut QueueEngine, &mut VringState<GuestMem>)>(
+        &self,
+        q: usize,
+        vrings: &[VringRwLock<GuestMem>],
+        thread: usize,
+        f: F,
+    ) {
+        let Some(local) = local_index(&self.masks, thread, q) else {
+            return;
+        };
+        let (Some(engine), Some(vring)) = (self.engines.get(q), vrings.get(local)) else {
+            return;
+        };
+        let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = vring.get_mut();
+        f(&mut engine, &mut state);
+    }
+}
+
+/// Device-level parameters of [`BlkBackend::new`].
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceParams {
+    /// Configuration space.
+    pub config: BlkConfig,
+    /// Read-only device.
+    pub read_only: bool,
+    /// Largest queue size the frontend may choose.
+    pub queue_size: u16,
+    /// Worker threads.
+    pub threads: u16,
+}
+
+fn bit(n: u32) -> u64 {
+    1u64 << n
+}
+
+/// Split `queues` into `threads` contiguous groups; queue `q` goes to thread `q * threads / queues`.
+fn thread_masks(queues: usize, threads: usize) -> Vec<u64> {
+    let threads = threads.clamp(1, queues.max(1));
+    let mut masks = vec![0u64; threads];
+    for q in 0..queues.min(64) {
+        masks[q * threads / queues] |= 1 << q;
+    }
+    masks
+}
+
+/// Position of queue `q` among the vrings of `thread` (vhost-user-backend passes each worker
+/// only its own vrings, in queue order).
+fn local_index(masks: &[u64], thread: usize, q: usize) -> Option<usize> {
+    let mask = *masks.get(thread)?;
+    if q >= 64 || mask & (1 << q) == 0 {
+        return None;
+    }
+    Some((mask & ((1u64 << q) - 1)).count_ones() as usize)
+}
+
+impl Ring for VringState<GuestMem> {
+    fn queue_mut(&mut self) -> &mut Queue {
+        self.get_queue_mut()
+    }
+    fn signal(&self) -> io::Result<()> {
+        self.signal_used_queue()
+    }
+}
+
+impl VhostUserBackend for BlkBackend {
+    type Bitmap = ();
+    type Vring = VringRwLock<GuestMem>;
+
+    fn num_queues(&self) -> usize {
+        self.engines.len()
+    }
+    fn max_queue_size(&self) -> usize {
+        usize::from(self.queue_size)
+    }
+    fn features(&self) -> u64 {
+        self.features
+    }
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+    fn set_event_idx(&self, _enabled: bool) {
+        // vhost-user-backend sets EVENT_IDX on each vring's queue; the engine asks the queue.
+    }
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        self.config.read(offset, size)
+    }
+    fn update_memory(&self, _mem: GuestMem) -> io::Result<()> {
+        // The daemon updates the same GuestMemoryAtomic the engines read through.
+        Ok(())
+    }
+    fn queues_per_thread(&self) -> Vec<u64> {
+        self.masks.clone()
+    }
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        let (consumer, notifier) =
+            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
+        self.exit_fds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(consumer.as_raw_fd());
+        Some((consumer, notifier))
+    }
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[Self::Vring],
+        thread_id: usize,
+    ) -> io::Result<()> {
+        let q = usize::from(device_event);
+        let n = self.engines.len();
+        if !evset.contains(EventSet::IN) {
+            return Ok(());
+        }
+        let mem = self.mem.memory();
+        if q < n {
+            self.with_engine(q, vrings, thread_id, |e, r| e.on_kick(r, &mem));
+        } else if q > n && q <= 2 * n {
+            self.with_engine(q - n - 1, vrings, thread_id, |e, r| e.on_timer(r, &mem));
+        } else {
+            tracing::warn!(event = device_event, "unknown worker event");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_masks_split_queues_into_contiguous_groups() {
+        assert_eq!(thread_masks(4, 4), vec![1, 2, 4, 8]);
+        assert_eq!(thread_masks(4, 2), vec![0b0011, 0b1100]);
+        assert_eq!(thread_masks(3, 1), vec![0b111]);
+        assert_eq!(local_index(&[0b1100], 0, 3), Some(1));
+        assert_eq!(local_index(&[0b1100], 0, 1), None);
+        assert_eq!(local_index(&[0b1100], 1, 3), None);
+    }
+}

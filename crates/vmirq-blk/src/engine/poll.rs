@@ -1,0 +1,97 @@
+//! Kick waits: poll the available ring for the window the wait policy allows, then sleep.
+
+use super::{EngineError, QueueEngine, Ring};
+use crate::clock::now_ns;
+use crate::counters::QueueCounters;
+use std::sync::atomic::Ordering;
+use virtio_queue::QueueT;
+use vm_memory::GuestMemoryMmap;
+use vmirq_policy::moderation::{Event, Moderator};
+use vmirq_policy::wait::{WaitDecision, Waiter, WakeOutcome};
+
+/// Hard cap on poll iterations per window, independent of the clock (each iteration reads
+/// the clock and one ring index, well under a microsecond), so a clock anomaly cannot turn
+/// a poll into a hang.
+pub const MAX_POLL_SPINS: u64 = 50_000_000;
+
+impl QueueEngine {
+    /// The ring is empty: ask the wait policy whether to poll. Returns `true` when polling
+    /// found new requests (the caller drains again), `false` when the worker should go back
+    /// to epoll (notifications are enabled then).
+    pub(super) fn poll(
+        &mut self,
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+    ) -> Result<bool, EngineError> {
+        if self.resume {
+            return Ok(false);
+        }
+        let start = now_ns();
+        let until = match self.parts.waiter.begin(start) {
+            WaitDecision::Sleep => {
+                self.sleeping_since = Some(start);
+                return Ok(false);
+            }
+            WaitDecision::Poll { until } => until,
+        };
+        // Poll with kicks off: the driver does not need to exit to tell us.
+        ring.queue_mut().disable_notification(mem)?;
+        let mut spins = 0u64;
+        loop {
+            let now = now_ns();
+            if self.has_work(ring, mem)? {
+                return self.poll_hit(now);
+            }
+            self.fire_due_timer(now, ring, mem)?;
+            spins += 1;
+            if now >= until || spins >= MAX_POLL_SPINS {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        // Window over: re-enable kicks, and catch requests that raced with that.
+        if ring.queue_mut().enable_notification(mem)? {
+            return self.poll_hit(now_ns());
+        }
+        QueueCounters::add(&self.parts.counters.poll_misses, 1);
+        self.sleeping_since = Some(now_ns());
+        Ok(false)
+    }
+
+    fn poll_hit(&mut self, now: vmirq_policy::Nanos) -> Result<bool, EngineError> {
+        QueueCounters::add(&self.parts.counters.poll_hits, 1);
+        self.parts.waiter.end(now, WakeOutcome::POLLED);
+        Ok(true)
+    }
+
+    /// New descriptors in the available ring?
+    fn has_work(&self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<bool, EngineError> {
+        let q = ring.queue_mut();
+        let avail = q.avail_idx(mem, Ordering::Acquire)?;
+        Ok(avail.0 != q.next_avail())
+    }
+
+    /// While polling, the worker is not in epoll, so it delivers a due hold timer itself.
+    fn fire_due_timer(
+        &mut self,
+        now: vmirq_policy::Nanos,
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+    ) -> Result<(), EngineError> {
+        match self.timer.deadline() {
+            Some(deadline) if now >= deadline => {
+                let _ = self.timer.consume();
+                self.timer.cancel()?;
+                QueueCounters::add(&self.parts.counters.timer_fires, 1);
+                let decision = self.parts.moderation.on_event(now, Event::Timer);
+                self.apply(
+                    decision,
+                    decision == vmirq_policy::moderation::Decision::Notify,
+                    ring,
+                    mem,
+                )
+            }
+            _ => Ok(()),
+        }
+    }
+}

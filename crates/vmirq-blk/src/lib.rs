@@ -1,0 +1,34 @@
+//! # vmirq-blk: a vhost-user-blk device backend governed by vmirq policies
+//!
+//! The same kind of component as qemu-storage-daemon's vhost-user-blk export or
+//! cloud-hypervisor's `vhost_user_block`: a VMM (QEMU, cloud-hypervisor) or a libblkio
+//! process attaches to its unix socket and gets a virtio-blk device. What is different is
+//! that each queue's completion notifications (writes to the vring call eventfd, i.e. the
+//! guest's interrupts) follow a `vmirq_policy` moderation policy, with a timerfd for held
+//! completions and EVENT_IDX applied on top, and its kick waits follow a wait policy
+//! (bounded polling of the available ring before sleeping in epoll).
+//!
+//! Layers, from the socket inwards:
+//! - [`server`]: socket, per-connection device lifetime, reconnects;
+//! - [`backend`]: the `VhostUserBackend` implementation (features, config space, events);
+//! - [`engine`]: one queue's loop (drain, execute, complete, moderate, poll);
+//! - [`request`]: validation of guest descriptor chains (the trust boundary);
+//! - [`storage`]: RAM, null and io_uring image-file disks.
+//!
+//! The vhost-user protocol itself is rust-vmm's (`vhost`, `vhost-user-backend`).
+
+pub mod backend;
+pub mod clock;
+pub mod config;
+pub mod counters;
+pub mod engine;
+pub mod guest_io;
+pub mod metrics;
+pub mod request;
+pub mod server;
+pub mod storage;
+pub mod timer;
+pub mod virtio;
+
+pub use config::{parse_size, DiskSpec, ServerConfig, ServerOptions};
+pub use server::{Server, ServerError, ServerHandle};

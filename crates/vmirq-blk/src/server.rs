@@ -1,0 +1,264 @@
+//! The server: owns the disk and the counters, listens on the vhost-user socket and serves
+//! one frontend connection at a time. Each connection gets a fresh device (queue engines,
+//! policies, worker threads); when the frontend goes away everything of that connection is
+//! torn down (threads joined, fds closed, guest memory unmapped) and the next connection is
+//! accepted on the same socket, unless `once` is set.
+
+use crate::backend::{BlkBackend, DeviceParams, GuestMem};
+use crate::config::{DiskSpec, ServerConfig};
+use crate::counters::{CounterSnapshot, QueueCounters};
+use crate::engine::{EngineParts, QueueEngine};
+use crate::request::DiskGeometry;
+use crate::storage::{Disk, FileDisk, NullDisk, RamDisk, StorageError};
+use crate::virtio::{BlkConfig, SECTOR_SHIFT};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use vhost::vhost_user::Listener;
+use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+/// Largest payload of one request (64 MiB); larger requests get IOERR.
+pub const MAX_REQUEST_BYTES: u32 = 64 << 20;
+/// Largest DISCARD / WRITE_ZEROES range advertised, in sectors (2 GiB).
+pub const MAX_DISCARD_SECTORS: u32 = 1 << 22;
+/// How often the accept loop checks for a stop request, in milliseconds.
+const ACCEPT_POLL_MS: i32 = 100;
+
+/// Server errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The disk could not be opened.
+    #[error("cannot open the disk")]
+    Storage(#[from] StorageError),
+    /// The socket could not be created.
+    #[error("cannot listen on the vhost-user socket")]
+    Listen(#[source] vhost::vhost_user::Error),
+    /// The vhost-user daemon failed to start.
+    #[error("cannot start the vhost-user device: {0}")]
+    Daemon(vhost_user_backend::Error),
+    /// A system call failed (timer, epoll registration, poll).
+    #[error("system call failed")]
+    Io(#[from] io::Error),
+}
+
+/// Result alias for this module.
+pub type Result<T> = std::result::Result<T, ServerError>;
+
+/// A handle to stop a running server and read its counters from another thread.
+#[derive(Clone)]
+pub struct ServerHandle {
+    stop: Arc<AtomicBool>,
+    current: Arc<Mutex<Option<ShutdownHandle>>>,
+    counters: Arc<Vec<Arc<QueueCounters>>>,
+    connections: Arc<AtomicU64>,
+}
+
+impl ServerHandle {
+    /// Ask the server to stop: the current connection is closed and `run` returns.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            h.shutdown();
+        }
+    }
+
+    /// Counter values of every queue.
+    #[must_use]
+    pub fn counters(&self) -> Vec<CounterSnapshot> {
+        self.counters.iter().map(|c| c.snapshot()).collect()
+    }
+
+    /// Frontend connections accepted so far.
+    #[must_use]
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// The vhost-user-blk server.
+pub struct Server {
+    config: ServerConfig,
+    disk: Arc<dyn Disk>,
+    handle: ServerHandle,
+}
+
+impl Server {
+    /// Open the disk and prepare the counters.
+    ///
+    /// # Errors
+    /// When the disk cannot be opened.
+    pub fn new(config: ServerConfig) -> Result<Self> {
+        let disk: Arc<dyn Disk> = match &config.disk {
+            DiskSpec::Image { path, direct } => {
+                Arc::new(FileDisk::open(path, config.read_only, *direct)?)
+            }
+            DiskSpec::Ram(n) => Arc::new(RamDisk::new(*n)?),
+            DiskSpec::Null(n) => Arc::new(NullDisk::new(*n)?),
+        };
+        let counters = (0..config.queues)
+            .map(|_| Arc::new(QueueCounters::default()))
+            .collect();
+        let handle = ServerHandle {
+            stop: Arc::new(AtomicBool::new(false)),
+            current: Arc::new(Mutex::new(None)),
+            counters: Arc::new(counters),
+            connections: Arc::new(AtomicU64::new(0)),
+        };
+        Ok(Self {
+            config,
+            disk,
+            handle,
+        })
+    }
+
+    /// A handle for stopping the server and reading counters.
+    #[must_use]
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// The disk's capacity in bytes.
+    #[must_use]
+    pub fn capacity_bytes(&self) -> u64 {
+        self.disk.capacity_bytes()
+    }
+
+    /// Serve frontends until stopped (or after the first one with `once`).
+    ///
+    /// # Errors
+    /// When the socket cannot be created or a device cannot be set up.
+    pub fn run(&self) -> Result<()> {
+        let mut listener = Listener::new(&self.config.socket, true).map_err(ServerError::Listen)?;
+        if let Some(addr) = self.config.metrics {
+            crate::metrics::spawn(addr, self.handle.clone())?;
+        }
+        tracing::info!(socket = %self.config.socket.display(), disk = %self.disk.describe(), "serving");
+        while !self.handle.stop.load(Ordering::Acquire) {
+            if !readable(listener.as_raw_fd(), ACCEPT_POLL_MS)? {
+                continue;
+            }
+            self.serve_one(&mut listener)?;
+            if self.config.once {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Accept one frontend and serve it until it disconnects.
+    fn serve_one(&self, listener: &mut Listener) -> Result<()> {
+        let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let backend = Arc::new(self.device(mem.clone())?);
+        let mut daemon = VhostUserDaemon::new("vmirq-blk".to_owned(), Arc::clone(&backend), mem)
+            .map_err(ServerError::Daemon)?;
+        for (thread, handler) in daemon.get_epoll_handlers().iter().enumerate() {
+            let mask = backend.masks().get(thread).copied().unwrap_or(0);
+            for q in (0..64).filter(|q| mask & (1 << q) != 0) {
+                if let Some(fd) = backend.timer_fd(q) {
+                    handler.register_listener(fd, EventSet::IN, backend.timer_event(q))?;
+                }
+            }
+        }
+        daemon.start(listener).map_err(ServerError::Daemon)?;
+        self.handle.connections.fetch_add(1, Ordering::Relaxed);
+        *self
+            .handle
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = daemon.shutdown_handle();
+        if self.handle.stop.load(Ordering::Acquire) {
+            daemon.request_shutdown();
+        }
+        match daemon.wait() {
+            Ok(()) => tracing::info!("frontend disconnected"),
+            Err(e) => tracing::warn!(error = %e, "frontend connection ended with an error"),
+        }
+        *self
+            .handle
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        drop(daemon); // sends the exit events and joins the worker threads
+        for fd in backend.take_exit_consumer_fds() {
+            // SAFETY: these eventfds were created by BlkBackend::exit_event and handed to
+            // vhost-user-backend, which only registered them in a worker epoll with
+            // `into_raw_fd` and never closes them. The daemon and all its workers (and their
+            // epoll fds) are gone now, so nothing else refers to these descriptors.
+            unsafe { libc::close(fd) };
+        }
+        Ok(())
+    }
+
+    /// Build the device of one connection.
+    fn device(&self, mem: GuestMem) -> Result<BlkBackend> {
+        let c = &self.config;
+        let capacity = self.disk.capacity_bytes();
+        let discard = !c.read_only && self.disk.supports_discard();
+        let geometry = DiskGeometry {
+            capacity_bytes: capacity,
+            read_only: c.read_only,
+            discard,
+            write_zeroes: discard,
+            max_data_bytes: MAX_REQUEST_BYTES,
+        };
+        let mut engines = Vec::with_capacity(usize::from(c.queues));
+        for q in 0..c.queues {
+            let parts = EngineParts {
+                index: q,
+                io: self.disk.open_queue(u32::from(c.queue_size))?,
+                geometry,
+                device_id: c.serial,
+                moderation: c.moderation.build(),
+                waiter: c.poll.build(),
+                counters: Arc::clone(&self.handle.counters[usize::from(q)]),
+            };
+            engines.push(QueueEngine::new(parts)?);
+        }
+        let seg_max = u32::from(c.queue_size)
+            .saturating_sub(2)
+            .clamp(1, u32::from(crate::request::MAX_DESCRIPTORS) - 2);
+        let config = BlkConfig {
+            capacity_sectors: capacity >> SECTOR_SHIFT,
+            seg_max,
+            blk_size: 512,
+            num_queues: c.queues,
+            max_discard_sectors: if discard { MAX_DISCARD_SECTORS } else { 0 },
+            max_write_zeroes_sectors: if discard { MAX_DISCARD_SECTORS } else { 0 },
+        };
+        let params = DeviceParams {
+            config,
+            read_only: c.read_only,
+            queue_size: c.queue_size,
+            threads: c.threads,
+        };
+        Ok(BlkBackend::new(params, mem, engines))
+    }
+}
+
+/// Wait up to `timeout_ms` for `fd` to become readable.
+fn readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid pollfd and the count is 1.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
+}
