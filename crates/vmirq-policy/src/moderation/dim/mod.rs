@@ -1,0 +1,322 @@
+//! `dim`: dynamic interrupt moderation (Linux net_dim / rdma_dim) driving `count`, plus the
+//! latency-adaptive variant from the netdev 0x18 virtio interrupt-moderation talk.
+//!
+//! The queue runs [`Count`] with the current DIM profile (timer, frames). Each notification is
+//! a DIM *event*; every 64 events the DIM state machine ([`NetDim`] or [`RdmaDim`]) compares
+//! rates with the previous window and may move to another profile, which is applied to the
+//! count policy at once (what a driver's DIM work function does by reprogramming the device).
+//!
+//! The latency filter ([`LatencyFilter`]) is a high-pass filter on completion metadata:
+//! latency-sensitive completions (FLUSH, urgent, TCP ACK-only, small synchronous requests, and
+//! a completion that leaves nothing in flight — queue depth 1) bypass moderation when they make
+//! up at least `share_pct` percent of the completions held in the current burst.
+
+mod net;
+mod profiles;
+mod rdma;
+mod stats;
+
+pub use net::{NetDim, TuneState};
+pub use profiles::{net_table, DimDirection, DimMode, DimProfile, NET_DEFAULT_INDEX, RDMA};
+pub use rdma::RdmaDim;
+pub use stats::{calc_stats, DimSample, DimStats, Verdict, DIM_NEVENTS};
+
+use super::{CompletionMeta, Count, CountConfig, Decision, Event, Knob, Moderator, RequestKind};
+use crate::Nanos;
+
+/// Which DIM algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DimVariant {
+    /// net_dim: bandwidth, packet rate, interrupt rate; parking and tired logic.
+    #[default]
+    Net,
+    /// rdma_dim: completion rate and completions per event; no parking.
+    Rdma,
+}
+
+/// The latency-adaptive high-pass filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyFilter {
+    /// Whether the filter is on.
+    pub enabled: bool,
+    /// Share of latency-sensitive completions in the held burst that triggers a bypass (%).
+    pub share_pct: u8,
+    /// Largest synchronous request counted as "small", in bytes.
+    pub small_bytes: u32,
+}
+
+impl Default for LatencyFilter {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            share_pct: 50,
+            small_bytes: 16 * 1024,
+        }
+    }
+}
+
+impl LatencyFilter {
+    /// Whether this completion is latency-sensitive. `cif_after` is what is still in flight.
+    #[must_use]
+    pub fn sensitive(&self, meta: &CompletionMeta, cif_after: u32) -> bool {
+        meta.kind == RequestKind::Flush
+            || meta.has(CompletionMeta::URGENT | CompletionMeta::ACK_ONLY)
+            || (meta.has(CompletionMeta::SYNC) && meta.bytes <= self.small_bytes)
+            || cif_after == 0
+    }
+}
+
+/// Parameters of [`Dim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DimConfig {
+    /// net_dim or rdma_dim.
+    pub variant: DimVariant,
+    /// EQE or CQE timer mode (net_dim; rdma_dim uses EQE).
+    pub mode: DimMode,
+    /// RX or TX table (net_dim).
+    pub dir: DimDirection,
+    /// The latency-adaptive filter.
+    pub latency: LatencyFilter,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Net(NetDim),
+    Rdma(RdmaDim),
+}
+
+/// DIM-driven count/timer moderation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dim {
+    cfg: DimConfig,
+    table: &'static [DimProfile],
+    engine: Engine,
+    count: Count,
+    counters: DimSample,
+    burst_sensitive: u32,
+}
+
+impl Dim {
+    /// A DIM policy with these parameters.
+    #[must_use]
+    pub fn new(cfg: DimConfig) -> Self {
+        let (table, engine, index, timer): (&'static [DimProfile], _, u8, _) = match cfg.variant {
+            DimVariant::Net => {
+                let t = net_table(cfg.dir, cfg.mode);
+                (
+                    t,
+                    Engine::Net(NetDim::new(5, NET_DEFAULT_INDEX)),
+                    NET_DEFAULT_INDEX,
+                    cfg.mode.timer(),
+                )
+            }
+            DimVariant::Rdma => (
+                &RDMA,
+                Engine::Rdma(RdmaDim::new(9)),
+                0,
+                DimMode::Eqe.timer(),
+            ),
+        };
+        let count = Count::new(Self::count_config(table, index, timer));
+        Self {
+            cfg,
+            table,
+            engine,
+            count,
+            counters: DimSample::default(),
+            burst_sensitive: 0,
+        }
+    }
+
+    fn count_config(table: &[DimProfile], index: u8, timer: super::TimerStart) -> CountConfig {
+        let p = table
+            .get(usize::from(index))
+            .copied()
+            .unwrap_or(DimProfile {
+                usecs: 0,
+                frames: 1,
+            });
+        CountConfig {
+            usecs: u32::from(p.usecs),
+            frames: u32::from(p.frames),
+            timer,
+        }
+    }
+
+    /// The current profile index.
+    #[must_use]
+    pub fn index(&self) -> u8 {
+        match &self.engine {
+            Engine::Net(d) => d.index(),
+            Engine::Rdma(d) => d.index(),
+        }
+    }
+
+    /// A notification went out at `now`: count a DIM event and maybe change profile.
+    fn on_notified(&mut self, now: Nanos) {
+        self.burst_sensitive = 0;
+        self.counters.events = self.counters.events.wrapping_add(1);
+        self.counters.time = now;
+        let changed = match &mut self.engine {
+            Engine::Net(d) => d.on_sample(self.counters),
+            Engine::Rdma(d) => d.on_sample(self.counters),
+        };
+        if let Some(index) = changed {
+            let timer = self.count.config().timer;
+            // Nothing is held right after a notification, so this cannot notify again.
+            let _ = self
+                .count
+                .reconfigure(now, Self::count_config(self.table, index, timer));
+        }
+    }
+
+    fn on_complete(&mut self, now: Nanos, meta: CompletionMeta) -> Decision {
+        self.counters.pkts = self.counters.pkts.wrapping_add(1);
+        self.counters.bytes = self.counters.bytes.wrapping_add(meta.bytes);
+        self.counters.comps = self.counters.comps.wrapping_add(1);
+        let mut decision = self.count.on_event(now, Event::Complete(meta));
+        let filter = self.cfg.latency;
+        if filter.enabled && filter.sensitive(&meta, self.count.in_flight()) {
+            self.burst_sensitive += 1;
+            let burst = self.count.held().max(1);
+            let share_met = u64::from(self.burst_sensitive) * 100
+                >= u64::from(filter.share_pct) * u64::from(burst);
+            if decision != Decision::Notify && share_met {
+                self.count.covered();
+                decision = Decision::Notify;
+            }
+        }
+        decision
+    }
+}
+
+impl Moderator for Dim {
+    fn on_event(&mut self, now: Nanos, event: Event) -> Decision {
+        let decision = match event {
+            Event::Submit | Event::Timer => self.count.on_event(now, event),
+            Event::Complete(meta) => self.on_complete(now, meta),
+        };
+        if decision == Decision::Notify {
+            self.on_notified(now);
+        }
+        decision
+    }
+    fn held(&self) -> u32 {
+        self.count.held()
+    }
+    fn in_flight(&self) -> u32 {
+        self.count.in_flight()
+    }
+    fn max_hold_ns(&self) -> Nanos {
+        // The largest profile bounds any hold, whatever profile DIM moves to.
+        let timer = self.count.config().timer;
+        self.table
+            .iter()
+            .map(|p| {
+                Count::new(CountConfig {
+                    usecs: u32::from(p.usecs),
+                    frames: u32::from(p.frames),
+                    timer,
+                })
+                .max_hold_ns()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+    fn knob(&self) -> Knob {
+        let c = self.count.config();
+        Knob::Profile {
+            index: self.index(),
+            usecs: u16::try_from(c.usecs).unwrap_or(u16::MAX),
+            frames: u16::try_from(c.frames).unwrap_or(u16::MAX),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete(bytes: u32) -> Event {
+        Event::Complete(CompletionMeta::new(RequestKind::Read, bytes))
+    }
+
+    /// Run a closed loop at a fixed completion gap, honouring timers; returns notifications.
+    fn run(d: &mut Dim, qd: u32, gap: Nanos, n: u32) -> u32 {
+        let mut t = 0;
+        for _ in 0..qd {
+            d.on_event(t, Event::Submit);
+        }
+        let (mut notes, mut timer) = (0, None);
+        for _ in 0..n {
+            t += gap;
+            if let Some(deadline) = timer.take().filter(|dl| *dl <= t) {
+                if d.on_event(deadline, Event::Timer) == Decision::Notify {
+                    notes += 1;
+                }
+            }
+            match d.on_event(t, complete(1500)) {
+                Decision::Notify => notes += 1,
+                Decision::Hold { deadline } => timer = Some(deadline),
+                Decision::Idle => {}
+            }
+            d.on_event(t, Event::Submit);
+            assert!(d.index() < 5);
+        }
+        notes
+    }
+
+    #[test]
+    fn moderates_a_steady_stream_and_keeps_index_in_range() {
+        let mut d = Dim::new(DimConfig::default());
+        let notes = run(&mut d, 256, 1_000, 200_000);
+        // Profile 1 (8 µs) or above at one completion per µs: far fewer than one per completion.
+        assert!(notes < 200_000 / 4, "{notes}");
+        assert!(matches!(d.knob(), Knob::Profile { .. }));
+    }
+
+    #[test]
+    fn latency_filter_bypasses_flush_and_qd1() {
+        let cfg = DimConfig {
+            latency: LatencyFilter {
+                enabled: true,
+                ..LatencyFilter::default()
+            },
+            ..DimConfig::default()
+        };
+        let mut d = Dim::new(cfg);
+        for _ in 0..4 {
+            d.on_event(0, Event::Submit);
+        }
+        // Three bulk reads are held; a FLUSH completes: 1 of 4 sensitive < 50 %: still held.
+        for t in 1..=3 {
+            assert!(matches!(
+                d.on_event(t, complete(65_536)),
+                Decision::Hold { .. }
+            ));
+        }
+        let flush = Event::Complete(CompletionMeta::new(RequestKind::Flush, 0));
+        // The flush is sensitive, but it is 1 of 4 held completions (25 % < 50 %): the burst
+        // is bulk, so it stays moderated (held until the profile-1 timer, 8 µs).
+        let d4 = d.on_event(4, flush);
+        assert_eq!(
+            d4,
+            Decision::Hold {
+                deadline: 1 + 8_000
+            }
+        );
+        // At QD 1 every completion is sensitive and bypasses.
+        let mut q = Dim::new(cfg);
+        for t in 0..10 {
+            q.on_event(t * 100, Event::Submit);
+            assert_eq!(q.on_event(t * 100 + 50, complete(4096)), Decision::Notify);
+        }
+        // Without the filter QD 1 completions are held by the timer.
+        let mut plain = Dim::new(DimConfig::default());
+        plain.on_event(0, Event::Submit);
+        assert!(matches!(
+            plain.on_event(50, complete(4096)),
+            Decision::Hold { .. }
+        ));
+    }
+}

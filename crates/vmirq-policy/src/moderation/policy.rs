@@ -1,0 +1,58 @@
+//! [`Moderation`]: one enum over every completion policy, so callers hold any policy by value
+//! (no allocation, no trait objects) and dispatch with a match.
+
+use super::Count;
+use super::{Budget, Decision, Dim, Event, IpiGap, Knob, Moderator, NoModeration, Spdk, Vic};
+use crate::Nanos;
+
+/// Any completion moderation policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moderation {
+    /// Every completion notifies.
+    None(NoModeration),
+    /// Count + timer (virtio NOTF_COAL).
+    Count(Count),
+    /// VMware vIC.
+    Vic(Vic),
+    /// ESX IPI coalescing.
+    IpiGap(IpiGap),
+    /// net_dim / rdma_dim driving count.
+    Dim(Dim),
+    /// SPDK vhost coalescing.
+    Spdk(Spdk),
+    /// vmirq's latency budget.
+    Budget(Budget),
+}
+
+macro_rules! each {
+    ($self:expr, $p:ident => $e:expr) => {
+        match $self {
+            Moderation::None($p) => $e,
+            Moderation::Count($p) => $e,
+            Moderation::Vic($p) => $e,
+            Moderation::IpiGap($p) => $e,
+            Moderation::Dim($p) => $e,
+            Moderation::Spdk($p) => $e,
+            Moderation::Budget($p) => $e,
+        }
+    };
+}
+
+impl Moderator for Moderation {
+    #[inline]
+    fn on_event(&mut self, now: Nanos, event: Event) -> Decision {
+        each!(self, p => p.on_event(now, event))
+    }
+    fn held(&self) -> u32 {
+        each!(self, p => p.held())
+    }
+    fn in_flight(&self) -> u32 {
+        each!(self, p => p.in_flight())
+    }
+    fn max_hold_ns(&self) -> Nanos {
+        each!(self, p => p.max_hold_ns())
+    }
+    fn knob(&self) -> Knob {
+        each!(self, p => p.knob())
+    }
+}

@@ -1,0 +1,224 @@
+//! [`WaitSpec`]: a validated wait (poll-before-sleep) policy and its parameters.
+
+use core::fmt;
+use core::str::FromStr;
+
+use super::params::{split_spec, Params, SpecError};
+use super::Text;
+use crate::wait::{
+    Fixed, GuestHaltpoll, GuestHaltpollConfig, Histogram, HistogramConfig, KvmHaltPoll,
+    KvmHaltPollConfig, Never, Wait,
+};
+use crate::Nanos;
+
+const NAMES: &str = "never, fixed, kvm, guest-haltpoll, histogram";
+/// Largest poll window any spec accepts: 1 s. Anything longer is a busy loop, not a poll.
+const WINDOW_MAX_NS: u64 = 1_000_000_000;
+const WINDOW_EXPECTED: &str = "nanoseconds, 0 to 1000000000";
+
+/// A wait policy with validated parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitSpec {
+    /// `never`.
+    Never,
+    /// `fixed:ns=N` (or `fixed:us=N`).
+    Fixed(Nanos),
+    /// `kvm:max_ns=M,grow=G,grow_start_ns=S,shrink=K`.
+    Kvm(KvmHaltPollConfig),
+    /// `guest-haltpoll:max_ns=M,grow=G,grow_start_ns=S,shrink=K,allow_shrink=on|off`.
+    GuestHaltpoll(GuestHaltpollConfig),
+    /// `histogram:max_ns=M,wake_ns=W,cpu_pct=P`.
+    Histogram(HistogramConfig),
+}
+
+impl WaitSpec {
+    /// The policy name as written in a spec.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Never => "never",
+            Self::Fixed(_) => "fixed",
+            Self::Kvm(_) => "kvm",
+            Self::GuestHaltpoll(_) => "guest-haltpoll",
+            Self::Histogram(_) => "histogram",
+        }
+    }
+
+    /// A fresh policy instance (one per waiter).
+    #[must_use]
+    pub fn build(&self) -> Wait {
+        match *self {
+            Self::Never => Wait::Never(Never),
+            Self::Fixed(ns) => Wait::Fixed(Fixed::new(ns)),
+            Self::Kvm(c) => Wait::Kvm(KvmHaltPoll::new(c)),
+            Self::GuestHaltpoll(c) => Wait::GuestHaltpoll(GuestHaltpoll::new(c)),
+            Self::Histogram(c) => Wait::Histogram(Histogram::new(c)),
+        }
+    }
+}
+
+fn parse_kvm(mut p: Params<'_>) -> Result<KvmHaltPollConfig, SpecError> {
+    let mut c = KvmHaltPollConfig::default();
+    while let Some((key, v)) = p.next_param()? {
+        match key {
+            "max_ns" => c.max_ns = v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?,
+            "grow" => c.grow = v.u32(0, 1024, "a multiplier, 0 to 1024")?,
+            "grow_start_ns" => {
+                c.grow_start_ns = v.int(1, WINDOW_MAX_NS, "nanoseconds, 1 to 1000000000")?
+            }
+            _ => c.shrink = v.u32(0, 1024, "a divisor, 0 to 1024")?,
+        }
+    }
+    Ok(c)
+}
+
+fn parse_haltpoll(mut p: Params<'_>) -> Result<GuestHaltpollConfig, SpecError> {
+    let mut c = GuestHaltpollConfig::default();
+    while let Some((key, v)) = p.next_param()? {
+        match key {
+            "max_ns" => c.max_ns = v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?,
+            "grow" => c.grow = v.u32(0, 1024, "a multiplier, 0 to 1024")?,
+            "grow_start_ns" => {
+                c.grow_start_ns = v.int(1, WINDOW_MAX_NS, "nanoseconds, 1 to 1000000000")?
+            }
+            "shrink" => c.shrink = v.u32(0, 1024, "a divisor, 0 to 1024")?,
+            _ => c.allow_shrink = v.flag()?,
+        }
+    }
+    Ok(c)
+}
+
+fn parse_histogram(mut p: Params<'_>) -> Result<HistogramConfig, SpecError> {
+    let mut c = HistogramConfig::default();
+    while let Some((key, v)) = p.next_param()? {
+        match key {
+            "max_ns" => c.max_ns = v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?,
+            "wake_ns" => c.wake_ns = v.int(1, WINDOW_MAX_NS, "nanoseconds, 1 to 1000000000")?,
+            _ => c.cpu_pct = v.u32(1, 100, "a percentage, 1 to 100")?,
+        }
+    }
+    Ok(c)
+}
+
+impl FromStr for WaitSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let (name, params) = split_spec(s);
+        Ok(match name {
+            "" => {
+                return Err(SpecError::Empty {
+                    kind: "wait",
+                    allowed: NAMES,
+                })
+            }
+            "never" => {
+                Params::new("never", &[], params).next_param()?;
+                Self::Never
+            }
+            "fixed" => {
+                let mut p = Params::new("fixed", &["ns", "us"], params);
+                let mut ns = 50_000;
+                let mut given = 0;
+                while let Some((key, v)) = p.next_param()? {
+                    given += 1;
+                    ns = if key == "ns" {
+                        v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?
+                    } else {
+                        v.int(0, WINDOW_MAX_NS / 1000, "microseconds, 0 to 1000000")? * 1000
+                    };
+                    if given > 1 {
+                        return Err(v.bad("only one of ns or us"));
+                    }
+                }
+                Self::Fixed(ns)
+            }
+            "kvm" => Self::Kvm(parse_kvm(Params::new(
+                "kvm",
+                &["max_ns", "grow", "grow_start_ns", "shrink"],
+                params,
+            ))?),
+            "guest-haltpoll" => Self::GuestHaltpoll(parse_haltpoll(Params::new(
+                "guest-haltpoll",
+                &["max_ns", "grow", "grow_start_ns", "shrink", "allow_shrink"],
+                params,
+            ))?),
+            "histogram" => Self::Histogram(parse_histogram(Params::new(
+                "histogram",
+                &["max_ns", "wake_ns", "cpu_pct"],
+                params,
+            ))?),
+            other => {
+                return Err(SpecError::UnknownPolicy {
+                    kind: "wait",
+                    name: Text::new(other),
+                    allowed: NAMES,
+                })
+            }
+        })
+    }
+}
+
+fn kv(
+    f: &mut fmt::Formatter<'_>,
+    first: &mut bool,
+    key: &str,
+    value: impl fmt::Display,
+) -> fmt::Result {
+    let sep = if *first { ":" } else { "," };
+    *first = false;
+    write!(f, "{sep}{key}={value}")
+}
+
+impl fmt::Display for WaitSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        let mut first = true;
+        match *self {
+            Self::Never => {}
+            Self::Fixed(ns) => kv(f, &mut first, "ns", ns)?,
+            Self::Kvm(c) => {
+                let d = KvmHaltPollConfig::default();
+                for (key, cur, def) in [
+                    ("max_ns", c.max_ns, d.max_ns),
+                    ("grow", c.grow.into(), d.grow.into()),
+                    ("grow_start_ns", c.grow_start_ns, d.grow_start_ns),
+                    ("shrink", c.shrink.into(), d.shrink.into()),
+                ] {
+                    if cur != def {
+                        kv(f, &mut first, key, cur)?;
+                    }
+                }
+            }
+            Self::GuestHaltpoll(c) => {
+                let d = GuestHaltpollConfig::default();
+                for (key, cur, def) in [
+                    ("max_ns", c.max_ns, d.max_ns),
+                    ("grow", c.grow.into(), d.grow.into()),
+                    ("grow_start_ns", c.grow_start_ns, d.grow_start_ns),
+                    ("shrink", c.shrink.into(), d.shrink.into()),
+                ] {
+                    if cur != def {
+                        kv(f, &mut first, key, cur)?;
+                    }
+                }
+                if !c.allow_shrink {
+                    kv(f, &mut first, "allow_shrink", "off")?;
+                }
+            }
+            Self::Histogram(c) => {
+                let d = HistogramConfig::default();
+                for (key, cur, def) in [
+                    ("max_ns", c.max_ns, d.max_ns),
+                    ("wake_ns", c.wake_ns, d.wake_ns),
+                    ("cpu_pct", c.cpu_pct.into(), d.cpu_pct.into()),
+                ] {
+                    if cur != def {
+                        kv(f, &mut first, key, cur)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
