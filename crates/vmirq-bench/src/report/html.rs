@@ -1,0 +1,282 @@
+//! The self-contained HTML report: header (revision, machine, command), the results table,
+//! and inline SVG plots: IOPS and p99 versus queue depth per target, notifications per I/O,
+//! CPU per I/O, and the policy knob over the bursty workload (a labelled replay).
+
+use super::svg::{bar_chart, escape, line_chart, Series};
+use super::table;
+use super::Document;
+use crate::results::CellResult;
+use crate::stats::as_f64;
+use std::fmt::Write;
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1400px}\
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;\
+text-align:right}td:nth-child(-n+4){text-align:left}h2{margin-top:1.5em}\
+.plots{display:flex;flex-wrap:wrap;gap:12px}.note{color:#555;font-size:13px}";
+
+/// Targets in first-seen order.
+fn targets(cells: &[CellResult]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for c in cells {
+        if !v.contains(&c.target) {
+            v.push(c.target.clone());
+        }
+    }
+    v
+}
+
+/// Job labels (`workload@qdN mode`) in first-seen order.
+fn jobs(cells: &[CellResult]) -> Vec<(String, &CellResult)> {
+    let mut v: Vec<(String, &CellResult)> = Vec::new();
+    for c in cells {
+        if !v.iter().any(|(_, o)| o.same_job(c)) {
+            let mode = if c.client_mode.as_str() == "poll" {
+                " poll"
+            } else {
+                ""
+            };
+            v.push((format!("{}@{}{mode}", c.workload, c.queue_depth), c));
+        }
+    }
+    v
+}
+
+fn results_table(cells: &[CellResult]) -> String {
+    let mut out = String::from("<table><tr>");
+    for h in [
+        "target",
+        "workload",
+        "qd",
+        "mode",
+        "IOPS",
+        "min..max",
+        "mean",
+        "p50",
+        "p99",
+        "p99.9",
+        "notif/io",
+        "wake/io",
+        "cpu/io",
+        "client cpu/io",
+        "backend cpu/io",
+        "+lat/bare",
+        "iops/peer",
+        "p99/peer",
+    ] {
+        let _ = write!(out, "<th>{h}</th>");
+    }
+    out.push_str("</tr>");
+    for c in cells {
+        let f = as_f64;
+        let cols = [
+            escape(&c.target),
+            escape(&c.workload),
+            c.queue_depth.to_string(),
+            c.client_mode.as_str().into(),
+            if c.repetitions == 0 {
+                "FAILED".into()
+            } else {
+                table::iops(c.iops)
+            },
+            format!(
+                "{}..{}",
+                table::iops(c.spread.iops.min),
+                table::iops(c.spread.iops.max)
+            ),
+            table::ns(c.lat_ns.mean),
+            table::ns(f(c.lat_ns.p50)),
+            table::ns(f(c.lat_ns.p99)),
+            table::ns(f(c.lat_ns.p999)),
+            format!("{:.3}", c.notifications_per_io),
+            format!("{:.3}", c.wakeups_per_io),
+            table::ns(c.cpu_ns_per_io),
+            table::ns(c.client_cpu_ns_per_io),
+            c.backend_cpu_ns_per_io
+                .map_or_else(|| "-".into(), table::ns),
+            c.added_latency_ns
+                .map_or_else(|| "-".into(), |a| table::ns(a.mean)),
+            c.vs_peer
+                .map_or_else(|| "-".into(), |p| format!("{:.2}", p.iops)),
+            c.vs_peer
+                .map_or_else(|| "-".into(), |p| format!("{:.2}", p.p99)),
+        ];
+        out.push_str("<tr>");
+        for col in cols {
+            let _ = write!(out, "<td>{col}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}
+
+/// IOPS and p99 versus queue depth, one chart pair per (workload, mode) with several depths.
+fn qd_plots(cells: &[CellResult]) -> String {
+    let mut out = String::new();
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for c in cells {
+        let key = (c.workload.clone(), c.client_mode.as_str());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key.clone());
+        let group: Vec<&CellResult> = cells
+            .iter()
+            .filter(|o| o.workload == key.0 && o.client_mode.as_str() == key.1 && o.repetitions > 0)
+            .collect();
+        let mut depths: Vec<u32> = group.iter().map(|o| o.queue_depth).collect();
+        depths.sort_unstable();
+        depths.dedup();
+        if depths.len() < 2 {
+            continue;
+        }
+        let series = |f: &dyn Fn(&CellResult) -> f64| -> Vec<Series> {
+            targets(cells)
+                .into_iter()
+                .map(|t| {
+                    let mut points: Vec<(f64, f64)> = group
+                        .iter()
+                        .filter(|o| o.target == t)
+                        .map(|o| (f64::from(o.queue_depth), f(o)))
+                        .collect();
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Series { name: t, points }
+                })
+                .filter(|s| !s.points.is_empty())
+                .collect()
+        };
+        let title = format!("{} ({})", key.0, key.1);
+        out.push_str(&line_chart(
+            &format!("IOPS vs queue depth: {title}"),
+            "queue depth",
+            "IOPS",
+            &series(&|o| o.iops),
+            true,
+        ));
+        out.push_str(&line_chart(
+            &format!("p99 latency vs queue depth: {title}"),
+            "queue depth",
+            "p99 (us)",
+            &series(&|o| as_f64(o.lat_ns.p99) / 1000.0),
+            true,
+        ));
+    }
+    out
+}
+
+fn per_job_bars(
+    cells: &[CellResult],
+    title: &str,
+    y: &str,
+    f: &dyn Fn(&CellResult) -> f64,
+) -> String {
+    let js = jobs(cells);
+    let ts = targets(cells);
+    let values: Vec<Vec<f64>> = ts
+        .iter()
+        .map(|t| {
+            js.iter()
+                .map(|(_, j)| {
+                    cells
+                        .iter()
+                        .find(|c| &c.target == t && c.same_job(j) && c.repetitions > 0)
+                        .map_or(f64::NAN, f)
+                })
+                .collect()
+        })
+        .collect();
+    let cats: Vec<String> = js.into_iter().map(|(l, _)| l).collect();
+    bar_chart(title, y, &cats, &ts, &values)
+}
+
+fn knob_plots(doc: &Document) -> String {
+    let mut out = String::new();
+    let Some(first) = doc.knob_series.first() else {
+        return "<p class=note>No bursty trace was recorded in this run.</p>".into();
+    };
+    let _ = write!(out, "<p class=note>Replay: the bursty workload's submit/complete timestamps as seen by \
+        the client (run against <b>{}</b>, first repetition) fed through each policy in-process; the backend \
+        does not export its policy state. The curves show what each policy decides for this arrival pattern.</p>",
+        escape(&first.trace_from));
+    out.push_str("<div class=plots>");
+    let cif = Series {
+        name: "in flight".into(),
+        points: first
+            .points
+            .iter()
+            .map(|p| (p.t_us / 1000.0, f64::from(p.in_flight)))
+            .collect(),
+    };
+    out.push_str(&line_chart(
+        "Commands in flight (bursty workload)",
+        "time (ms)",
+        "in flight",
+        &[cif],
+        false,
+    ));
+    for s in &doc.knob_series {
+        let series = Series {
+            name: s.policy.clone(),
+            points: s
+                .points
+                .iter()
+                .map(|p| (p.t_us / 1000.0, p.value))
+                .collect(),
+        };
+        let title = format!(
+            "{}: {} ({} notifications / {} completions)",
+            s.policy, s.unit, s.notifications, s.completions
+        );
+        out.push_str(&line_chart(&title, "time (ms)", &s.unit, &[series], false));
+    }
+    out.push_str("</div>");
+    out
+}
+
+/// Render the whole report as one HTML page.
+#[must_use]
+pub fn render(doc: &Document) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "<!DOCTYPE html><html><head><meta charset=utf-8><title>vmirq bench</title><style>{STYLE}</style></head><body>");
+    let _ = write!(out, "<h1>vmirq bench</h1><p>Revision <code>{}</code> on {}.<br>Command: <code>{}</code><br>\
+        {} repetitions per cell, {} ms warm-up + {} ms measured per run, placement {:?}, {:.0} s in total.</p>",
+        escape(&doc.revision), escape(&doc.machine.summary()), escape(&doc.run.command),
+        doc.run.repetitions, doc.run.warmup_ms, doc.run.measure_ms, doc.run.placement, doc.run.wall_s);
+    out.push_str(
+        "<h2>Results</h2><p class=note>Medians over repetitions. Ratios to bare and to the peer \
+        (qemu-storage-daemon) pair runs of the same repetition.</p>",
+    );
+    out.push_str(&results_table(&doc.cells));
+    out.push_str("<h2>IOPS and p99 latency versus queue depth</h2><div class=plots>");
+    out.push_str(&qd_plots(&doc.cells));
+    out.push_str("</div><h2>Notifications and CPU per I/O</h2><div class=plots>");
+    out.push_str(&per_job_bars(
+        &doc.cells,
+        "Notifications per I/O",
+        "eventfd signals / I/O",
+        &|c| c.notifications_per_io,
+    ));
+    out.push_str(&per_job_bars(
+        &doc.cells,
+        "CPU per I/O (client + backend)",
+        "us / I/O",
+        &|c| c.cpu_ns_per_io / 1000.0,
+    ));
+    out.push_str(&per_job_bars(
+        &doc.cells,
+        "Client wakeups per I/O",
+        "wakeups / I/O",
+        &|c| c.wakeups_per_io,
+    ));
+    out.push_str("</div><h2>Policy decisions during the bursty workload</h2>");
+    out.push_str(&knob_plots(doc));
+    if !doc.notices.is_empty() {
+        out.push_str("<h2>Notices</h2><ul>");
+        for n in &doc.notices {
+            let _ = write!(out, "<li>{}</li>", escape(n));
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str("</body></html>\n");
+    out
+}

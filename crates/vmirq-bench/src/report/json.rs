@@ -1,0 +1,61 @@
+//! The JSON report. Contract for scripts: a top-level object with `revision`, `machine` and
+//! `cells`; each cell has at least `target`, `workload`, `queue_depth`, `client_mode`,
+//! `iops`, `lat_ns` (with `p50`, `p99`), `notifications_per_io` and `cpu_ns_per_io`.
+
+use crate::cpu::Placement;
+use crate::knob::KnobSeries;
+use crate::machine::Machine;
+use crate::results::CellResult;
+use serde::Serialize;
+
+/// How the run was configured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInfo {
+    /// Preset name (`quick`, `default`, `full`, `tiny`) or `custom`.
+    pub preset: String,
+    /// The command line that produced the report.
+    pub command: String,
+    /// Repetitions per cell.
+    pub repetitions: u32,
+    /// Warm-up per run in milliseconds.
+    pub warmup_ms: u64,
+    /// Measured window per run in milliseconds.
+    pub measure_ms: u64,
+    /// Client/backend CPU placement.
+    pub placement: Placement,
+    /// Seed of offsets and burst phases.
+    pub seed: u64,
+    /// Every target, in plan order.
+    pub targets: Vec<String>,
+    /// Wall-clock seconds the whole bench took.
+    pub wall_s: f64,
+    /// Seconds since the Unix epoch when the run finished.
+    pub finished_unix_s: u64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Document {
+    /// Git revision of the tree that was measured.
+    pub revision: String,
+    /// Where it was measured.
+    pub machine: Machine,
+    /// How it was run.
+    pub run: RunInfo,
+    /// Every cell.
+    pub cells: Vec<CellResult>,
+    /// Policy knob time series replayed from the bursty workload.
+    pub knob_series: Vec<KnobSeries>,
+    /// Skipped targets and failed runs.
+    pub notices: Vec<String>,
+}
+
+impl Document {
+    /// Pretty-printed JSON.
+    ///
+    /// # Errors
+    /// Serialisation failure (not expected for this data).
+    pub fn to_json(&self) -> crate::Result<String> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+}

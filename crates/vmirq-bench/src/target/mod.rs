@@ -1,0 +1,11 @@
+//! The devices under test, started and stopped by the bench: `vmirq serve` with a moderation
+//! and a poll policy, qemu-storage-daemon's vhost-user-blk export (the peer), and the bare
+//! io_uring baseline (no virtual path at all).
+
+mod disk;
+mod process;
+mod spec;
+
+pub use disk::DiskFile;
+pub use process::{find_on_path, Running, Setup};
+pub use spec::TargetSpec;

@@ -1,0 +1,142 @@
+//! End to end: a tiny matrix against real targets, checking the JSON contract and that the
+//! counts are consistent. bare always runs; qemu-storage-daemon runs if installed (else a
+//! printed skip); `vmirq serve` runs if the `vmirq` binary has been built (VMIRQ_BIN, or
+//! target/<profile>/vmirq next to this test), else a printed skip.
+
+use std::path::PathBuf;
+use vmirq_bench::cpu::Placement;
+use vmirq_bench::plan::Preset;
+use vmirq_bench::runner::Progress;
+use vmirq_bench::session::{self, Options};
+
+struct Quiet;
+
+impl Progress for Quiet {
+    fn start(&self, _label: &str) {}
+    fn finish(&self) {}
+    fn notice(&self, text: &str) {
+        eprintln!("notice: {text}");
+    }
+}
+
+/// The `vmirq` binary: $VMIRQ_BIN, or the one in this test's target directory.
+fn vmirq_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("VMIRQ_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let profile_dir = exe.parent()?.parent()?; // target/<profile>/deps/e2e-* -> target/<profile>
+    let candidate = profile_dir.join("vmirq");
+    candidate.is_file().then_some(candidate)
+}
+
+fn options(no_vmirq: bool, exe: PathBuf) -> Options {
+    Options {
+        preset: Preset::Tiny,
+        targets: None,
+        repetitions: None,
+        measure: None,
+        placement: Placement::Split,
+        vmirq_exe: exe,
+        no_peer: false,
+        no_vmirq,
+        command: "e2e test".into(),
+    }
+}
+
+fn check_contract(json: &serde_json::Value) {
+    assert!(json["revision"].is_string(), "revision missing");
+    assert!(json["machine"].is_object(), "machine missing");
+    let cells = json["cells"].as_array().expect("cells array");
+    assert!(!cells.is_empty());
+    for c in cells {
+        for key in ["target", "workload", "client_mode"] {
+            assert!(c[key].is_string(), "{key} missing in {c}");
+        }
+        for key in [
+            "queue_depth",
+            "iops",
+            "notifications_per_io",
+            "cpu_ns_per_io",
+        ] {
+            assert!(c[key].is_number(), "{key} missing in {c}");
+        }
+        assert!(c["lat_ns"]["p50"].is_number() && c["lat_ns"]["p99"].is_number());
+        assert!(
+            c["errors"].as_array().is_some_and(Vec::is_empty),
+            "failed runs: {}",
+            c["errors"]
+        );
+        assert!(
+            c["iops"].as_f64().unwrap_or(0.0) > 100.0,
+            "implausibly low IOPS: {c}"
+        );
+        let p50 = c["lat_ns"]["p50"].as_u64().unwrap_or(0);
+        assert!(p50 > 0 && p50 <= c["lat_ns"]["p99"].as_u64().unwrap_or(0));
+        assert!(c["cpu_ns_per_io"].as_f64().unwrap_or(0.0) > 0.0);
+    }
+}
+
+fn cell<'a>(json: &'a serde_json::Value, target: &str, qd: u64) -> &'a serde_json::Value {
+    json["cells"]
+        .as_array()
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c["target"] == target && c["queue_depth"] == qd)
+        })
+        .unwrap_or_else(|| panic!("no cell {target} qd{qd}"))
+}
+
+#[test]
+fn bare_and_peer_tiny_matrix() {
+    let doc = session::run(&options(true, PathBuf::from("/nonexistent")), &Quiet).expect("bench");
+    let json: serde_json::Value =
+        serde_json::from_str(&doc.to_json().expect("json")).expect("parse");
+    check_contract(&json);
+    // io_uring signals its registered eventfd once per completion.
+    let bare = cell(&json, "bare", 1);
+    let n = bare["notifications_per_io"].as_f64().unwrap_or(0.0);
+    assert!(
+        (0.9..=1.1).contains(&n),
+        "bare QD1 notifications per I/O: {n}"
+    );
+    if json["run"]["targets"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|x| x == "qemu-storage-daemon"))
+    {
+        let q = cell(&json, "qemu-storage-daemon", 1);
+        let n = q["notifications_per_io"].as_f64().unwrap_or(0.0);
+        assert!(
+            (0.9..=1.1).contains(&n),
+            "qsd QD1 notifications per I/O: {n}"
+        );
+        assert!(q["vs_peer"].is_null() && !q["added_latency_ns"].is_null());
+        // The virtual path costs more than io_uring on the same memory.
+        assert!(q["lat_ns"]["p50"].as_u64() > bare["lat_ns"]["p50"].as_u64());
+    } else {
+        eprintln!("SKIPPED peer part: qemu-storage-daemon is not installed (apt-get install qemu-system-common)");
+    }
+}
+
+#[test]
+fn vmirq_serve_tiny_matrix() {
+    let Some(exe) = vmirq_bin() else {
+        eprintln!(
+            "SKIPPED: the vmirq binary is not built (cargo build -p vmirq, or set VMIRQ_BIN)"
+        );
+        return;
+    };
+    let doc = session::run(&options(false, exe), &Quiet).expect("bench");
+    let json: serde_json::Value =
+        serde_json::from_str(&doc.to_json().expect("json")).expect("parse");
+    check_contract(&json);
+    let none = cell(&json, "vmirq:none", 1);
+    let n = none["notifications_per_io"].as_f64().unwrap_or(0.0);
+    assert!(
+        (0.8..=1.1).contains(&n),
+        "vmirq:none QD1 notifications per I/O: {n}"
+    );
+    let w = none["wakeups_per_io"].as_f64().unwrap_or(0.0);
+    assert!(w <= n + 1e-9, "wakeups {w} exceed notifications {n}");
+    assert!(none["backend_cpu_ns_per_io"].as_f64().unwrap_or(0.0) > 0.0);
+}
