@@ -2,9 +2,10 @@
 //! rust-vmm vhost-user machinery (protocol, memory table, vrings, worker epoll loops) to one
 //! [`QueueEngine`] per queue.
 //!
-//! Event ids in each worker's epoll: `0..queues` are the vring kicks (registered by
-//! vhost-user-backend), `queues` is its exit/enable event, and `queues + 1 + q` is the hold
-//! timer of queue `q` (registered by the server after the daemon is created).
+//! Event ids in each worker's epoll: `0..k` are the kicks of the worker's `k` vrings (ids
+//! are positions among the worker's vrings; registered by vhost-user-backend), `queues` is
+//! its exit/enable event, and `queues + 1 + q` is the hold timer of queue `q` (registered by
+//! the server after the daemon is created).
 
 use crate::engine::{QueueEngine, Ring};
 use crate::virtio::{feature, BlkConfig};
@@ -156,6 +157,12 @@ fn local_index(masks: &[u64], thread: usize, q: usize) -> Option<usize> {
     Some((mask & ((1u64 << q) - 1)).count_ones() as usize)
 }
 
+/// Queue number of the `local`-th vring of `thread`.
+fn global_index(masks: &[u64], thread: usize, local: usize) -> Option<usize> {
+    let mask = *masks.get(thread)?;
+    (0..64).filter(|q| mask & (1 << q) != 0).nth(local)
+}
+
 impl Ring for VringState<GuestMem> {
     fn queue_mut(&mut self) -> &mut Queue {
         self.get_queue_mut()
@@ -213,16 +220,20 @@ impl VhostUserBackend for BlkBackend {
         vrings: &[Self::Vring],
         thread_id: usize,
     ) -> io::Result<()> {
-        let q = usize::from(device_event);
+        let event = usize::from(device_event);
         let n = self.engines.len();
         if !evset.contains(EventSet::IN) {
             return Ok(());
         }
         let mem = self.mem.memory();
-        if q < n {
-            self.with_engine(q, vrings, thread_id, |e, r| e.on_kick(r, &mem));
-        } else if q > n && q <= 2 * n {
-            self.with_engine(q - n - 1, vrings, thread_id, |e, r| e.on_timer(r, &mem));
+        if event < vrings.len() {
+            // Kick ids are positions among this worker's vrings, not queue numbers.
+            if let Some(q) = global_index(&self.masks, thread_id, event) {
+                self.with_engine(q, vrings, thread_id, |e, r| e.on_kick(r, &mem));
+            }
+        } else if event > n && event <= 2 * n {
+            let q = event - n - 1;
+            self.with_engine(q, vrings, thread_id, |e, r| e.on_timer(r, &mem));
         } else {
             tracing::warn!(event = device_event, "unknown worker event");
         }
@@ -242,5 +253,7 @@ mod tests {
         assert_eq!(local_index(&[0b1100], 0, 3), Some(1));
         assert_eq!(local_index(&[0b1100], 0, 1), None);
         assert_eq!(local_index(&[0b1100], 1, 3), None);
+        assert_eq!(global_index(&[0b0011, 0b1100], 1, 1), Some(3));
+        assert_eq!(global_index(&[0b0011, 0b1100], 1, 2), None);
     }
 }

@@ -26,6 +26,7 @@ pub mod guest_io;
 pub mod metrics;
 pub mod request;
 pub mod server;
+pub mod signals;
 pub mod storage;
 pub mod timer;
 pub mod virtio;
