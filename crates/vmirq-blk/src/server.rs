@@ -38,7 +38,7 @@ pub enum ServerError {
     Listen(#[source] vhost::vhost_user::Error),
     /// The vhost-user daemon failed to start.
     #[error("cannot start the vhost-user device: {0}")]
-    Daemon(vhost_user_backend::Error),
+    Daemon(String),
     /// A system call failed (timer, epoll registration, poll).
     #[error("system call failed")]
     Io(#[from] io::Error),
@@ -158,7 +158,7 @@ impl Server {
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(self.device(mem.clone())?);
         let mut daemon = VhostUserDaemon::new("vmirq-blk".to_owned(), Arc::clone(&backend), mem)
-            .map_err(ServerError::Daemon)?;
+            .map_err(daemon_error)?;
         for (thread, handler) in daemon.get_epoll_handlers().iter().enumerate() {
             let mask = backend.masks().get(thread).copied().unwrap_or(0);
             for q in (0..64).filter(|q| mask & (1 << q) != 0) {
@@ -167,7 +167,7 @@ impl Server {
                 }
             }
         }
-        daemon.start(listener).map_err(ServerError::Daemon)?;
+        daemon.start(listener).map_err(daemon_error)?;
         self.handle.connections.fetch_add(1, Ordering::Relaxed);
         *self
             .handle
@@ -241,6 +241,11 @@ impl Server {
         };
         Ok(BlkBackend::new(params, mem, engines))
     }
+}
+
+/// vhost-user-backend's error is neither `Sync` nor `std::error::Error`; keep its text.
+fn daemon_error(e: vhost_user_backend::Error) -> ServerError {
+    ServerError::Daemon(e.to_string())
 }
 
 /// Wait up to `timeout_ms` for `fd` to become readable.
