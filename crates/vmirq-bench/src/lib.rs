@@ -23,6 +23,7 @@ pub mod error;
 pub mod knob;
 pub mod machine;
 pub mod plan;
+pub mod progress;
 pub mod report;
 pub mod results;
 pub mod rng;

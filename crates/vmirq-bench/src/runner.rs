@@ -17,6 +17,8 @@ const CONNECT_TRIES: u32 = 50;
 
 /// Observer of progress (the CLI draws a progress bar with it).
 pub trait Progress {
+    /// The bench is about to do `runs` runs in total.
+    fn begin(&self, runs: u64);
     /// A run is about to start.
     fn start(&self, label: &str);
     /// A run finished (successfully or not).
@@ -59,6 +61,7 @@ pub fn run_plan(plan: &Plan, setup: &Setup, progress: &dyn Progress) -> Outcome 
         }
     }
     let tracer = trace_source(plan);
+    progress.begin(plan.runs());
     let mut outcome = Outcome {
         cells: Vec::new(),
         bursty_trace: None,

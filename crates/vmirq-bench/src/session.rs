@@ -12,7 +12,7 @@ use crate::target::{find_on_path, DiskFile, Setup, TargetSpec};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Disk size for every target (in-memory file for bare/qsd, `--ram` for vmirq serve).
+/// Size of the in-memory disk file every target serves.
 pub const DISK_BYTES: u64 = 256 << 20;
 
 /// What the user asked for.
@@ -98,7 +98,6 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Document> {
     };
     let setup = Setup {
         disk: DiskFile::create(&dir, DISK_BYTES)?,
-        ram_bytes: DISK_BYTES,
         vmirq_exe: opts.vmirq_exe.clone(),
         qsd_exe: qsd.clone(),
         socket_dir: std::env::temp_dir(),

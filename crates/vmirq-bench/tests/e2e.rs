@@ -11,7 +11,11 @@ use vmirq_bench::session::{self, Options};
 
 struct Quiet;
 
+/// The two tests share the machine's CPUs: run them one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl Progress for Quiet {
+    fn begin(&self, _runs: u64) {}
     fn start(&self, _label: &str) {}
     fn finish(&self) {}
     fn notice(&self, text: &str) {
@@ -89,6 +93,9 @@ fn cell<'a>(json: &'a serde_json::Value, target: &str, qd: u64) -> &'a serde_jso
 
 #[test]
 fn bare_and_peer_tiny_matrix() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let doc = session::run(&options(true, PathBuf::from("/nonexistent")), &Quiet).expect("bench");
     let json: serde_json::Value =
         serde_json::from_str(&doc.to_json().expect("json")).expect("parse");
@@ -120,6 +127,9 @@ fn bare_and_peer_tiny_matrix() {
 
 #[test]
 fn vmirq_serve_tiny_matrix() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(exe) = vmirq_bin() else {
         eprintln!(
             "SKIPPED: the vmirq binary is not built (cargo build -p vmirq, or set VMIRQ_BIN)"

@@ -3,6 +3,7 @@
 
 pub mod html;
 pub mod json;
+pub mod summary;
 pub mod svg;
 pub mod table;
 

@@ -1,5 +1,5 @@
-//! The shared disk image: one file in memory (`/dev/shm`), used by the bare baseline and the
-//! qemu-storage-daemon peer, so both touch the same kind of storage as `vmirq serve --ram`.
+//! The shared disk image: one file in memory (`/dev/shm`) that every target serves: bare and
+//! qemu-storage-daemon through io_uring, `vmirq serve --image` likewise.
 
 use crate::error::{BenchError, Result};
 use std::io::Write;

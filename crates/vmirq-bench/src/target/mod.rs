@@ -1,6 +1,6 @@
 //! The devices under test, started and stopped by the bench: `vmirq serve` with a moderation
 //! and a poll policy, qemu-storage-daemon's vhost-user-blk export (the peer), and the bare
-//! io_uring baseline (no virtual path at all).
+//! io_uring baseline (no virtual path at all). All of them serve the same in-memory file.
 
 mod disk;
 mod process;

@@ -16,10 +16,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// What every target needs to start: the disk, the programs, where sockets go.
 #[derive(Debug)]
 pub struct Setup {
-    /// The memory-backed disk file for bare and qemu-storage-daemon.
+    /// The memory-backed disk file every target uses (bare and qemu-storage-daemon through
+    /// io_uring, `vmirq serve --image` likewise).
     pub disk: DiskFile,
-    /// Size of `vmirq serve`'s in-memory disk, in bytes.
-    pub ram_bytes: u64,
     /// The `vmirq` executable that provides `serve`.
     pub vmirq_exe: PathBuf,
     /// The qemu-storage-daemon executable, if installed.
@@ -164,8 +163,8 @@ fn vmirq_command(setup: &Setup, socket: &Path, spec: &TargetSpec) -> Command {
     cmd.arg("serve")
         .arg("--socket")
         .arg(socket)
-        .arg("--ram")
-        .arg(setup.ram_bytes.to_string())
+        .arg("--image")
+        .arg(setup.disk.path())
         .arg("--once");
     if let TargetSpec::Vmirq { moderation, poll } = spec {
         cmd.arg("--moderation").arg(moderation.to_string());
