@@ -1,0 +1,101 @@
+//! `vmirq bench`: side-by-side benchmark of `vmirq serve` policies, qemu-storage-daemon and
+//! bare io_uring, driven by libblkio (library `vmirq-bench`). This module only maps options.
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use vmirq_bench::cpu::Placement;
+use vmirq_bench::plan::Preset;
+use vmirq_bench::report::{html, summary, table};
+use vmirq_bench::session::{self, Options};
+use vmirq_bench::target::TargetSpec;
+
+/// Options of `vmirq bench`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Small matrix, finishes in under a minute.
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// Every workload, queue depth and policy (about 15 minutes on 2 cores).
+    #[arg(long)]
+    full: bool,
+    /// vmirq targets to run instead of the preset's, comma-separated specs such as
+    /// `vmirq:vic,vmirq:none+kvm` (bare and qemu-storage-daemon always run).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    targets: Option<Vec<String>>,
+    /// Repetitions of each cell (default: 3; 2 with --quick).
+    #[arg(long, value_name = "N")]
+    reps: Option<u32>,
+    /// Measured window of each run in milliseconds.
+    #[arg(long, value_name = "MS")]
+    measure_ms: Option<u64>,
+    /// CPU placement of client and backend: split (different CPUs), same, or free.
+    #[arg(long, default_value = "split", value_parser = ["split", "same", "free"])]
+    placement: String,
+    /// Leave out qemu-storage-daemon.
+    #[arg(long)]
+    no_peer: bool,
+    /// Write every cell as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report with plots.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+/// Run the bench and print the table.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let targets = args
+        .targets
+        .as_ref()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| t.parse::<TargetSpec>())
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let opts = Options {
+        preset: if args.quick {
+            Preset::Quick
+        } else if args.full {
+            Preset::Full
+        } else {
+            Preset::Default
+        },
+        targets,
+        repetitions: args.reps,
+        measure: args.measure_ms.map(Duration::from_millis),
+        placement: Placement::parse(&args.placement).unwrap_or(Placement::Split),
+        vmirq_exe: std::env::current_exe().context("locating the vmirq executable")?,
+        no_peer: args.no_peer,
+        no_vmirq: false,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let doc = session::run(&opts, &vmirq_bench::progress::Bar::new())?;
+    println!("{}", table::render(&doc.cells));
+    print!("{}", summary::render(&doc.cells));
+    println!(
+        "{} runs in {:.0} s on {}",
+        doc.cells.iter().map(|c| c.runs.len()).sum::<usize>(),
+        doc.run.wall_s,
+        doc.machine.summary()
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, doc.to_json()?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("JSON: {}", path.display());
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, html::render(&doc))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("HTML: {}", path.display());
+    }
+    let failed = doc.cells.iter().filter(|c| c.repetitions == 0).count();
+    if failed > 0 {
+        eprintln!("{failed} cells failed every repetition (see notices above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
