@@ -24,6 +24,8 @@ pub mod counters;
 pub mod engine;
 pub mod guest_io;
 pub mod metrics;
+#[cfg(feature = "test-utils")]
+pub mod mock_guest;
 pub mod request;
 pub mod server;
 pub mod signals;

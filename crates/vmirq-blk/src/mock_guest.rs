@@ -1,0 +1,431 @@
+//! A driver-side mock guest for tests, fuzzing and benches (feature `test-utils`).
+//!
+//! It owns real guest memory with a split virtqueue laid out by virtio-queue's
+//! `MockSplitQueue`, writes descriptor tables and the available ring the way a driver does
+//! (including hostile shapes: loops, bad indices, wrong directions, addresses outside
+//! memory), and reads the used ring back. A [`QueueEngine`] is driven against it directly,
+//! without vhost-user, so every check runs in microseconds.
+
+use crate::engine::Ring;
+use crate::virtio::HEADER_LEN;
+use std::cell::Cell;
+use std::io;
+use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
+
+/// `VRING_DESC_F_NEXT`.
+pub const F_NEXT: u16 = 1;
+/// `VRING_DESC_F_WRITE`.
+pub const F_WRITE: u16 = 2;
+/// `VRING_DESC_F_INDIRECT`.
+pub const F_INDIRECT: u16 = 4;
+
+/// Size of the first memory region (rings and data).
+pub const REGION0_LEN: u64 = 8 << 20;
+/// Start of the second region; the 64 KiB between the regions is a hole.
+pub const REGION1_START: u64 = REGION0_LEN + (64 << 10);
+/// Size of the second region.
+pub const REGION1_LEN: u64 = 1 << 20;
+/// Where data buffers are allocated from.
+const DATA_START: u64 = 1 << 20;
+
+/// The ring half the engine sees: the queue and a signal counter.
+pub struct MockRing {
+    /// The device-side queue state.
+    pub queue: Queue,
+    /// Call-eventfd writes the engine made.
+    pub signals: Cell<u64>,
+}
+
+impl Ring for MockRing {
+    fn queue_mut(&mut self) -> &mut Queue {
+        &mut self.queue
+    }
+    fn signal(&self) -> io::Result<()> {
+        self.signals.set(self.signals.get() + 1);
+        Ok(())
+    }
+}
+
+/// One descriptor as a test writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Desc {
+    /// Buffer address.
+    pub addr: u64,
+    /// Buffer length.
+    pub len: u32,
+    /// Device-writable.
+    pub write: bool,
+}
+
+/// A request submitted by [`MockGuest::submit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// Head descriptor index.
+    pub head: u16,
+    /// Address of the status byte.
+    pub status: GuestAddress,
+    /// Data buffers.
+    pub data: Vec<Desc>,
+}
+
+/// The mock guest.
+pub struct MockGuest {
+    /// Guest memory.
+    pub mem: GuestMemoryMmap,
+    /// The ring half handed to the engine.
+    pub ring: MockRing,
+    desc_table: GuestAddress,
+    avail: GuestAddress,
+    used: GuestAddress,
+    size: u16,
+    next_desc: u16,
+    avail_idx: u16,
+    used_seen: u16,
+    data_next: u64,
+}
+
+impl MockGuest {
+    /// A guest with one queue of `size` entries (a power of two). `event_idx` negotiates
+    /// VIRTIO_F_EVENT_IDX on the queue.
+    ///
+    /// # Panics
+    /// If guest memory or the queue cannot be set up (test setup failure).
+    #[must_use]
+    pub fn new(size: u16, event_idx: bool) -> Self {
+        let mem = GuestMemoryMmap::from_ranges(&[
+            (
+                GuestAddress(0),
+                usize::try_from(REGION0_LEN).expect("64-bit host"),
+            ),
+            (
+                GuestAddress(REGION1_START),
+                usize::try_from(REGION1_LEN).expect("64-bit host"),
+            ),
+        ])
+        .expect("guest memory");
+        let (desc_table, avail, used, mut queue) = {
+            let mock = MockSplitQueue::create(&mem, GuestAddress(0), size);
+            let queue: Queue = mock.create_queue().expect("queue");
+            (
+                mock.desc_table_addr(),
+                mock.avail_addr(),
+                mock.used_addr(),
+                queue,
+            )
+        };
+        queue.set_event_idx(event_idx);
+        let ring = MockRing {
+            queue,
+            signals: Cell::new(0),
+        };
+        Self {
+            mem,
+            ring,
+            desc_table,
+            avail,
+            used,
+            size,
+            next_desc: 0,
+            avail_idx: 0,
+            used_seen: 0,
+            data_next: DATA_START,
+        }
+    }
+
+    /// Queue size.
+    #[must_use]
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    /// Allocate `len` bytes of zeroed data buffer in region 0 (wraps around when full).
+    pub fn alloc(&mut self, len: u32) -> u64 {
+        let len = u64::from(len).max(1).next_multiple_of(64);
+        if self.data_next + len > REGION0_LEN {
+            self.data_next = DATA_START;
+        }
+        let addr = self.data_next;
+        self.data_next += len;
+        let zeros = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        self.mem
+            .write_slice(&zeros, GuestAddress(addr))
+            .expect("zero buffer");
+        addr
+    }
+
+    /// Write descriptor `index` of the table as given (no checks: hostile shapes allowed).
+    pub fn write_desc(&self, index: u16, addr: u64, len: u32, flags: u16, next: u16) {
+        let at = self.desc_table.unchecked_add(u64::from(index) * 16);
+        let d = RawDescriptor::from(SplitDescriptor::new(addr, len, flags, next));
+        self.mem.write_obj(d, at).expect("descriptor write");
+    }
+
+    /// Write descriptor `index` of an indirect table at `table`.
+    pub fn write_indirect(
+        &self,
+        table: u64,
+        index: u16,
+        addr: u64,
+        len: u32,
+        flags: u16,
+        next: u16,
+    ) {
+        let d = RawDescriptor::from(SplitDescriptor::new(addr, len, flags, next));
+        self.mem
+            .write_obj(d, GuestAddress(table + u64::from(index) * 16))
+            .expect("indirect descriptor write");
+    }
+
+    /// Offer `head` in the available ring (any value: hostile heads allowed).
+    pub fn publish(&mut self, head: u16) {
+        let slot = u64::from(self.avail_idx % self.size);
+        self.mem
+            .write_obj(head.to_le(), self.avail.unchecked_add(4 + 2 * slot))
+            .expect("avail ring write");
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        self.mem
+            .write_obj(self.avail_idx.to_le(), self.avail.unchecked_add(2))
+            .expect("avail idx write");
+    }
+
+    /// Write `descs` as one chain at consecutive table entries and publish it.
+    pub fn push_chain(&mut self, descs: &[Desc]) -> u16 {
+        let head = self.next_desc;
+        for (i, d) in descs.iter().enumerate() {
+            let index = (head + u16::try_from(i).unwrap_or(0)) % self.size;
+            let last = i + 1 == descs.len();
+            let flags = if d.write { F_WRITE } else { 0 } | if last { 0 } else { F_NEXT };
+            self.write_desc(index, d.addr, d.len, flags, (index + 1) % self.size);
+        }
+        let n = u16::try_from(descs.len()).unwrap_or(0);
+        self.next_desc = (head + n) % self.size;
+        self.publish(head);
+        head
+    }
+
+    /// Submit a virtio-blk request: header (type, sector), data buffers of the given lengths
+    /// (device-writable if `write`), and a one-byte status.
+    pub fn submit(&mut self, kind: u32, sector: u64, data_lens: &[u32], write: bool) -> Submitted {
+        let hdr = self.alloc(HEADER_LEN);
+        self.write_header(hdr, kind, sector);
+        let data: Vec<Desc> = data_lens
+            .iter()
+            .map(|&len| Desc {
+                addr: self.alloc(len),
+                len,
+                write,
+            })
+            .collect();
+        let status = self.alloc_status();
+        let mut chain = vec![Desc {
+            addr: hdr,
+            len: HEADER_LEN,
+            write: false,
+        }];
+        chain.extend_from_slice(&data);
+        chain.push(Desc {
+            addr: status,
+            len: 1,
+            write: true,
+        });
+        let head = self.push_chain(&chain);
+        Submitted {
+            head,
+            status: GuestAddress(status),
+            data,
+        }
+    }
+
+    /// New used-ring entries since the last call: `(id, len)`.
+    pub fn take_used(&mut self) -> Vec<(u32, u32)> {
+        let idx: u16 = self
+            .mem
+            .read_obj(self.used.unchecked_add(2))
+            .map(u16::from_le)
+            .unwrap_or(0);
+        let mut out = Vec::new();
+        while self.used_seen != idx {
+            let slot = u64::from(self.used_seen % self.size);
+            let at = self.used.unchecked_add(4 + 8 * slot);
+            let id: u32 = self.mem.read_obj(at).map(u32::from_le).unwrap_or(u32::MAX);
+            let len: u32 = self
+                .mem
+                .read_obj(at.unchecked_add(4))
+                .map(u32::from_le)
+                .unwrap_or(u32::MAX);
+            out.push((id, len));
+            self.used_seen = self.used_seen.wrapping_add(1);
+        }
+        out
+    }
+
+    /// Set `used_event` (the driver's EVENT_IDX threshold: notify when the used index passes it).
+    pub fn set_used_event(&self, v: u16) {
+        let at = self.avail.unchecked_add(4 + 2 * u64::from(self.size));
+        self.mem.write_obj(v.to_le(), at).expect("used_event write");
+    }
+
+    /// Write a request header at `addr`.
+    pub fn write_header(&self, addr: u64, kind: u32, sector: u64) {
+        let mut raw = [0u8; 16];
+        raw[..4].copy_from_slice(&kind.to_le_bytes());
+        raw[8..].copy_from_slice(&sector.to_le_bytes());
+        self.mem
+            .write_slice(&raw, GuestAddress(addr))
+            .expect("header");
+    }
+
+    /// Allocate a one-byte status buffer poisoned with 0xFF.
+    pub fn alloc_status(&mut self) -> u64 {
+        let st = self.alloc(1);
+        self.mem
+            .write_obj(0xFFu8, GuestAddress(st))
+            .expect("status poison");
+        st
+    }
+
+    /// Read the byte at `addr`.
+    #[must_use]
+    pub fn byte_at(&self, addr: u64) -> u8 {
+        self.mem.read_obj(GuestAddress(addr)).unwrap_or(0xFF)
+    }
+
+    /// Write `descs` (addr, len, flags without NEXT) as a chain starting at table index
+    /// `base`, linking each to the next index, and publish it. For hand-built hostile chains.
+    pub fn push_raw(&mut self, base: u16, descs: &[(u64, u32, u16)]) {
+        for (i, &(addr, len, flags)) in descs.iter().enumerate() {
+            let index = base + u16::try_from(i).unwrap_or(0);
+            let next = if i + 1 < descs.len() { F_NEXT } else { 0 };
+            self.write_desc(index, addr, len, flags | next, index + 1);
+        }
+        self.publish(base);
+    }
+
+    /// Read the status byte of a request.
+    #[must_use]
+    pub fn status(&self, s: &Submitted) -> u8 {
+        self.mem.read_obj(s.status).unwrap_or(0xFF)
+    }
+
+    /// Write raw bytes at `addr`.
+    pub fn mem_write(&self, addr: u64, bytes: &[u8]) {
+        self.mem
+            .write_slice(bytes, GuestAddress(addr))
+            .expect("write");
+    }
+
+    /// Fill a buffer with bytes.
+    pub fn fill(&self, d: &Desc, byte: u8) {
+        let buf = vec![byte; usize::try_from(d.len).unwrap_or(0)];
+        self.mem
+            .write_slice(&buf, GuestAddress(d.addr))
+            .expect("fill");
+    }
+
+    /// Read a buffer.
+    #[must_use]
+    pub fn read(&self, d: &Desc) -> Vec<u8> {
+        let mut buf = vec![0u8; usize::try_from(d.len).unwrap_or(0)];
+        self.mem
+            .read_slice(&mut buf, GuestAddress(d.addr))
+            .expect("read");
+        buf
+    }
+}
+
+/// Settings of a [`TestDevice`].
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceOpts {
+    /// Queue size.
+    pub queue_size: u16,
+    /// Negotiate EVENT_IDX.
+    pub event_idx: bool,
+    /// RAM disk size in bytes.
+    pub disk_bytes: u64,
+    /// Read-only disk.
+    pub read_only: bool,
+    /// Moderation policy.
+    pub moderation: vmirq_policy::spec::ModerationSpec,
+    /// Wait policy.
+    pub poll: vmirq_policy::spec::WaitSpec,
+}
+
+impl Default for DeviceOpts {
+    fn default() -> Self {
+        Self {
+            queue_size: 64,
+            event_idx: false,
+            disk_bytes: 1 << 20,
+            read_only: false,
+            moderation: vmirq_policy::spec::ModerationSpec::None,
+            poll: vmirq_policy::spec::WaitSpec::Never,
+        }
+    }
+}
+
+/// A queue engine over a RAM disk, wired to a mock guest.
+pub struct TestDevice {
+    /// The guest.
+    pub guest: MockGuest,
+    /// The device queue.
+    pub engine: crate::engine::QueueEngine,
+    /// Its counters.
+    pub counters: std::sync::Arc<crate::counters::QueueCounters>,
+}
+
+/// The GET_ID answer of a [`TestDevice`].
+pub const TEST_SERIAL: &[u8; 20] = b"mock-serial-0123456\0";
+
+impl TestDevice {
+    /// Build a device.
+    ///
+    /// # Panics
+    /// On setup failure (test setup, not guest input).
+    #[must_use]
+    pub fn new(o: DeviceOpts) -> Self {
+        use crate::storage::Disk;
+        let disk = crate::storage::RamDisk::new(o.disk_bytes).expect("ram disk");
+        let counters = std::sync::Arc::new(crate::counters::QueueCounters::default());
+        let geometry = crate::request::DiskGeometry {
+            capacity_bytes: disk.capacity_bytes(),
+            read_only: o.read_only,
+            discard: !o.read_only,
+            write_zeroes: !o.read_only,
+            max_data_bytes: crate::server::MAX_REQUEST_BYTES,
+        };
+        let parts = crate::engine::EngineParts {
+            index: 0,
+            io: disk.open_queue(u32::from(o.queue_size)).expect("queue io"),
+            geometry,
+            device_id: *TEST_SERIAL,
+            moderation: o.moderation.build(),
+            waiter: o.poll.build(),
+            counters: std::sync::Arc::clone(&counters),
+        };
+        let engine = crate::engine::QueueEngine::new(parts).expect("engine");
+        Self {
+            guest: MockGuest::new(o.queue_size, o.event_idx),
+            engine,
+            counters,
+        }
+    }
+
+    /// The guest kicks the queue.
+    pub fn kick(&mut self) {
+        self.engine.on_kick(&mut self.guest.ring, &self.guest.mem);
+    }
+
+    /// The hold timer fd became readable (a no-op if it has not expired).
+    pub fn timer(&mut self) {
+        self.engine.on_timer(&mut self.guest.ring, &self.guest.mem);
+    }
+
+    /// Call-eventfd writes so far.
+    #[must_use]
+    pub fn signals(&self) -> u64 {
+        self.guest.ring.signals.get()
+    }
+}
