@@ -1,0 +1,170 @@
+//! Guest programs, written as readable assembly with iced-x86's code assembler. Each program
+//! lives in its own module and returns a [`Program`]: machine code to load at
+//! [`layout::CODE`], one entry point per vCPU, and the interrupt handlers the IDT points to.
+//!
+//! Conventions shared by every program: `r15` holds [`layout::MAILBOX`] for the whole run
+//! (handlers rely on it); unexpected exceptions write their vector to [`port::FAULT`].
+
+pub mod ipi;
+pub mod wake;
+
+use crate::error::{Error, Result};
+use crate::layout::{self, port};
+use iced_x86::code_asm::{al, eax, ecx, edx, r15, CodeAssembler, CodeLabel};
+use iced_x86::{BlockEncoderOptions, IcedError};
+
+/// An assembled guest program.
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// Name, for errors and reports.
+    pub name: &'static str,
+    /// Machine code, loaded at [`layout::CODE`].
+    pub code: Vec<u8>,
+    /// Entry point of vCPU `i` is `entries[i]`.
+    pub entries: Vec<u64>,
+    /// Handler address per vector (all 256 filled: unexpected vectors go to fault stubs).
+    handlers: Vec<u64>,
+}
+
+impl Program {
+    /// Handler address of `vector`.
+    #[must_use]
+    pub fn handler(&self, vector: u8) -> u64 {
+        self.handlers[usize::from(vector)]
+    }
+}
+
+/// MSR numbers the programs use.
+pub mod msr {
+    /// IA32_APIC_BASE: bit 11 enables the APIC, bit 10 selects x2APIC mode.
+    pub const APIC_BASE: u32 = 0x1b;
+    /// x2APIC task priority register.
+    pub const X2APIC_TPR: u32 = 0x808;
+    /// x2APIC end-of-interrupt register.
+    pub const X2APIC_EOI: u32 = 0x80b;
+    /// x2APIC spurious-interrupt vector register (bit 8 software-enables the APIC).
+    pub const X2APIC_SVR: u32 = 0x80f;
+    /// x2APIC interrupt command register (64-bit; destination in the high half).
+    pub const X2APIC_ICR: u32 = 0x830;
+}
+
+/// Assembler plus the labels a [`Program`] needs resolved.
+pub(crate) struct Builder {
+    pub(crate) a: CodeAssembler,
+    name: &'static str,
+    entries: Vec<CodeLabel>,
+    vectors: Vec<(u8, CodeLabel)>,
+}
+
+/// Shorthand for the assembler's error type inside program bodies.
+pub(crate) type AsmResult<T = ()> = std::result::Result<T, IcedError>;
+
+impl Builder {
+    pub(crate) fn new(name: &'static str) -> Result<Self> {
+        let a = CodeAssembler::new(64).map_err(|e| asm_error(name, &e))?;
+        Ok(Self {
+            a,
+            name,
+            entries: Vec::new(),
+            vectors: Vec::new(),
+        })
+    }
+
+    /// Start the entry point of the next vCPU here; loads `r15` with the mailbox address.
+    pub(crate) fn entry(&mut self) -> AsmResult {
+        let mut label = self.a.create_label();
+        self.a.set_label(&mut label)?;
+        self.entries.push(label);
+        self.a.mov(r15, layout::MAILBOX)
+    }
+
+    /// Start the handler of `vector` here.
+    pub(crate) fn handler(&mut self, vector: u8) -> AsmResult {
+        let mut label = self.a.create_label();
+        self.a.set_label(&mut label)?;
+        self.vectors.push((vector, label));
+        Ok(())
+    }
+
+    /// `wrmsr` of a constant 64-bit value (clobbers eax, ecx, edx).
+    pub(crate) fn wrmsr_const(&mut self, msr: u32, value: u64) -> AsmResult {
+        self.a.mov(ecx, msr)?;
+        self.a.mov(eax, (value & 0xffff_ffff) as u32)?;
+        self.a.mov(edx, (value >> 32) as u32)?;
+        self.a.wrmsr()
+    }
+
+    /// Switch the local APIC to x2APIC mode, software-enable it, accept every priority.
+    pub(crate) fn enable_x2apic(&mut self) -> AsmResult {
+        self.a.mov(ecx, msr::APIC_BASE)?;
+        self.a.rdmsr()?;
+        self.a.or(eax, 0xc00)?;
+        self.a.wrmsr()?;
+        self.wrmsr_const(msr::X2APIC_SVR, 0x1ff)?;
+        self.wrmsr_const(msr::X2APIC_TPR, 0)
+    }
+
+    /// `out port, al` (8-bit port number).
+    pub(crate) fn out(&mut self, port: u16) -> AsmResult {
+        self.a.out(u32::from(port), al)
+    }
+
+    /// Assemble, adding fault stubs for every vector without a handler.
+    pub(crate) fn finish(mut self) -> Result<Program> {
+        let name = self.name;
+        let stubs = self.fault_stubs().map_err(|e| asm_error(name, &e))?;
+        let result = self
+            .a
+            .assemble_options(
+                layout::CODE,
+                BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+            )
+            .map_err(|e| asm_error(name, &e))?;
+        let ip = |l: &CodeLabel| result.label_ip(l).map_err(|e| asm_error(name, &e));
+        let mut handlers = Vec::with_capacity(256);
+        for vector in 0..=255u8 {
+            let stub = &stubs[usize::from(vector.min(32))];
+            handlers.push(ip(stub)?);
+        }
+        for (vector, label) in &self.vectors {
+            handlers[usize::from(*vector)] = ip(label)?;
+        }
+        let entries = self.entries.iter().map(ip).collect::<Result<Vec<_>>>()?;
+        let code = result.inner.code_buffer;
+        if code.len() > layout::CODE_MAX {
+            return Err(Error::Assemble {
+                program: name,
+                message: "program too large".into(),
+            });
+        }
+        Ok(Program {
+            name,
+            code,
+            entries,
+            handlers,
+        })
+    }
+
+    /// 33 stubs: one per exception vector 0..32 reporting its number, one (reporting 0xff)
+    /// for any other unexpected vector. Each parks the vCPU with `cli; hlt`.
+    fn fault_stubs(&mut self) -> AsmResult<Vec<CodeLabel>> {
+        let mut labels = Vec::with_capacity(33);
+        for vector in 0..=32u32 {
+            let mut label = self.a.create_label();
+            self.a.set_label(&mut label)?;
+            self.a.mov(al, if vector == 32 { 0xff } else { vector })?;
+            self.a.out(u32::from(port::FAULT), al)?;
+            self.a.cli()?;
+            self.a.hlt()?;
+            labels.push(label);
+        }
+        Ok(labels)
+    }
+}
+
+pub(crate) fn asm_error(program: &'static str, e: &IcedError) -> Error {
+    Error::Assemble {
+        program,
+        message: e.to_string(),
+    }
+}

@@ -1,0 +1,137 @@
+//! Host-side helpers for measurements: TSC reads and calibration, thread pinning, per-thread
+//! CPU time, timer slack. Nothing here touches KVM.
+
+use crate::error::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// Read the host time-stamp counter. The guest reads the same counter (TSC offset 0 on the
+/// hosts this crate targets; [`crate::vm::TscCheck`] verifies it per run).
+#[must_use]
+pub fn rdtsc() -> u64 {
+    // SAFETY: `rdtsc` has no memory effects and is available on every x86-64 CPU.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// Conversion between TSC ticks and nanoseconds, measured against the monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TscClock {
+    /// TSC ticks per nanosecond (GHz).
+    pub ghz: f64,
+}
+
+impl TscClock {
+    /// Calibrate over `window` (20 ms is plenty for three significant digits).
+    #[must_use]
+    pub fn calibrate(window: Duration) -> Self {
+        let t0 = Instant::now();
+        let c0 = rdtsc();
+        while t0.elapsed() < window {
+            std::hint::spin_loop();
+        }
+        let c1 = rdtsc();
+        let ns = t0.elapsed().as_nanos().max(1);
+        #[allow(clippy::cast_precision_loss, reason = "ratio of two moderate counts")]
+        let ghz = c1.wrapping_sub(c0) as f64 / ns as f64;
+        Self { ghz }
+    }
+
+    /// Ticks to nanoseconds (saturating at 0 for negative deltas given as wrapped values).
+    #[must_use]
+    pub fn ns(&self, ticks: u64) -> u64 {
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "tick deltas are far below 2^52; the quotient is non-negative"
+        )]
+        let ns = (ticks as f64 / self.ghz).round() as u64;
+        ns
+    }
+
+    /// Nanoseconds to ticks.
+    #[must_use]
+    pub fn ticks(&self, ns: u64) -> u64 {
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "durations are far below 2^52 ns; the product is non-negative"
+        )]
+        let t = (ns as f64 * self.ghz).round() as u64;
+        t
+    }
+
+    /// Signed difference `later - earlier` in nanoseconds (negative if `later` is earlier).
+    #[must_use]
+    pub fn delta_ns(&self, earlier: u64, later: u64) -> i64 {
+        if later >= earlier {
+            i64::try_from(self.ns(later - earlier)).unwrap_or(i64::MAX)
+        } else {
+            -i64::try_from(self.ns(earlier - later)).unwrap_or(i64::MAX)
+        }
+    }
+}
+
+/// Number of CPUs this process may run on.
+#[must_use]
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// Pin the calling thread to one CPU.
+///
+/// # Errors
+/// [`Error::Io`] if `sched_setaffinity` fails (for example the CPU does not exist).
+pub fn pin_to(cpu: usize) -> Result<()> {
+    if cpu >= online_cpus() {
+        return Err(Error::Config(format!("CPU {cpu} is not available")));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is below the online CPU count,
+    // far below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid, initialised cpu_set_t and its size is passed; pid 0 means the
+    // calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(Error::io("sched_setaffinity")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// CPU time consumed so far by the calling thread, in nanoseconds.
+#[must_use]
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always supported on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs * 1_000_000_000 + nanos
+}
+
+/// Make `nanosleep` on this thread as precise as the kernel allows (default slack is 50 µs,
+/// which would distort microsecond wake intervals).
+pub fn tight_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and affects only this thread.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        tracing::debug!("PR_SET_TIMERSLACK failed; sleeps may overshoot by up to 50 us");
+    }
+}
+
+/// Spin until the TSC reaches `deadline` (bounded: the deadline is at most `max` away).
+pub fn spin_until_tsc(deadline: u64) {
+    while rdtsc() < deadline {
+        std::hint::spin_loop();
+    }
+}

@@ -1,0 +1,23 @@
+//! vmirq-kvm: measure notification and wakeup costs on a real KVM hypervisor.
+//!
+//! A minimal VMM (kvm-ioctls) builds tiny 64-bit guests whose code is written with iced-x86's
+//! code assembler ([`guest`]), sets up long mode itself ([`longmode`]), and runs them on one
+//! or two vCPUs ([`vm`], [`runner`]). On top of it:
+//! - [`wake`]: wake latency of a halted vCPU by irqfd/MSI or x2APIC IPI, swept over KVM's
+//!   per-VM halt-poll window, with KVM's own statistics ([`stats`]).
+//!
+//! Every entry point returns [`Error::Unavailable`] when `/dev/kvm` cannot be used.
+
+pub mod dist;
+pub mod error;
+pub mod guest;
+pub mod host;
+pub mod layout;
+pub mod longmode;
+pub mod memory;
+pub mod runner;
+pub mod stats;
+pub mod vm;
+pub mod wake;
+
+pub use error::{Error, Result};
