@@ -1,0 +1,123 @@
+//! The host scheduler: per-pCPU run queues, blocking, wakeups (with their cost), timeslices
+//! and preemption. Host halt polling stops as soon as another thread is runnable on the
+//! pCPU (KVM's `single_task_running()` check).
+
+use super::{Cat, Core, Ev, PcpuId, Result, Run, VcpuId};
+
+impl Core {
+    /// The vCPU thread blocks: give the pCPU to the next runnable thread, or idle.
+    pub(super) fn block(&mut self, v: VcpuId) -> Result<()> {
+        self.vcpus[v].run = Run::Blocked;
+        self.metrics.count("thread_blocks");
+        let p = self.vcpus[v].pcpu;
+        if self.pcpus[p].current == Some(v) {
+            self.pcpus[p].current = None;
+        }
+        self.switch_next(p)
+    }
+
+    /// Give pCPU `p` (which has no current thread) to the next runnable thread.
+    fn switch_next(&mut self, p: PcpuId) -> Result<()> {
+        let now = self.now();
+        let mut slice = self.pcpus[p].slice;
+        slice.cancel(&mut self.q);
+        self.pcpus[p].slice = slice;
+        match self.pcpus[p].runq.pop_front() {
+            Some(next) => {
+                self.pcpus[p].current = Some(next);
+                self.pcpus[p].time.set(now, Cat::Sched);
+                self.metrics.count("context_switches");
+                self.q
+                    .schedule_in(self.costs.context_switch_ns, Ev::Running(next))?;
+                self.arm_slice(p)
+            }
+            None => {
+                self.pcpus[p].time.set(now, Cat::Idle);
+                Ok(())
+            }
+        }
+    }
+
+    fn arm_slice(&mut self, p: PcpuId) -> Result<()> {
+        if self.pcpus[p].runq.is_empty() {
+            return Ok(());
+        }
+        let at = self.now() + self.costs.timeslice_ns;
+        let mut slice = self.pcpus[p].slice;
+        slice.arm(&mut self.q, at, Ev::Timeslice(p))?;
+        self.pcpus[p].slice = slice;
+        Ok(())
+    }
+
+    /// Make a blocked thread runnable on its pCPU.
+    pub(super) fn wake_thread(&mut self, v: VcpuId) -> Result<()> {
+        if self.vcpus[v].run != Run::Blocked {
+            return Ok(());
+        }
+        self.vcpus[v].run = Run::Queued;
+        self.metrics.count("thread_wakeups");
+        let p = self.vcpus[v].pcpu;
+        let now = self.now();
+        match self.pcpus[p].current {
+            None => {
+                self.pcpus[p].current = Some(v);
+                self.pcpus[p].time.set(now, Cat::Sched);
+                self.q
+                    .schedule_in(self.costs.sched_wakeup_ns, Ev::Running(v))?;
+                Ok(())
+            }
+            Some(c) => {
+                self.pcpus[p].runq.push_back(v);
+                if self.vcpus[c].run == Run::HostPoll {
+                    // Polling stops at once when another task wants the CPU.
+                    let mut t = self.vcpus[c].poll;
+                    t.cancel(&mut self.q);
+                    self.vcpus[c].poll = t;
+                    self.metrics.count("host_poll_yields");
+                    self.block(c)
+                } else {
+                    self.arm_slice(p)
+                }
+            }
+        }
+    }
+
+    /// Timeslice end: preempt the current thread if another one waits.
+    pub fn timeslice(&mut self, p: PcpuId) -> Result<()> {
+        self.pcpus[p].slice.fired();
+        let Some(c) = self.pcpus[p].current else {
+            return Ok(());
+        };
+        if self.pcpus[p].runq.is_empty() || self.vcpus[c].run != Run::OnCpu {
+            return self.arm_slice(p);
+        }
+        self.preempt_thread(c);
+        self.pcpus[p].runq.push_back(c);
+        self.pcpus[p].current = None;
+        self.metrics.count("preemptions");
+        self.switch_next(p)
+    }
+
+    fn preempt_thread(&mut self, v: VcpuId) {
+        self.preempt_work(v);
+        if self.vcpus[v].idle == super::Idle::GuestPoll {
+            // A guest-polling vCPU keeps polling when it runs again.
+            let mut t = self.vcpus[v].poll;
+            t.cancel(&mut self.q);
+            self.vcpus[v].poll = t;
+            self.vcpus[v].idle = super::Idle::Busy;
+        }
+        self.vcpus[v].run = Run::Queued;
+        self.vcpus[v].preempted = true;
+    }
+}
+
+impl Core {
+    /// A host-side kick (from a device or backend) reached the vCPU thread: wake it.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn wake_thread_pub(&mut self, v: VcpuId) -> Result<()> {
+        self.wake_thread(v)
+    }
+}

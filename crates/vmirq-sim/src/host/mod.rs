@@ -1,0 +1,236 @@
+//! The host model: pCPUs, vCPU threads, the host scheduler, exits and entries, IPIs, HLT
+//! with host and guest halt polling, tickless APIC timer writes and virtual interrupt
+//! injection. [`Core`] holds the state; [`crate::sim::Sim`] runs it with a workload.
+//!
+//! A vCPU executes a queue of [`Work`] items (guest code, exits, entries, kicks), one at a
+//! time, on the pCPU its thread runs on. Interrupts preempt the current item: the unfinished
+//! part goes back to the front of the queue. Guest synchronization (spinlocks, TLB
+//! shootdowns) can be added as further [`Tag`]s and workload callbacks.
+
+mod cpu;
+pub mod metrics;
+mod vcpu;
+
+pub use metrics::{Cat, CpuTime, Metrics};
+pub use vcpu::{GuestConfig, Hook, Idle, Run, Vcpu};
+
+use crate::costs::Costs;
+use crate::engine::{EngineError, EventQueue, Timer};
+use crate::rng::Rng;
+use crate::Nanos;
+use std::collections::VecDeque;
+
+/// Index of a vCPU in [`Core::vcpus`].
+pub type VcpuId = usize;
+/// Index of a pCPU in [`Core::pcpus`].
+pub type PcpuId = usize;
+
+/// Where an interrupt comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IrqSrc {
+    /// A fixed-vector IPI from another vCPU.
+    Ipi {
+        /// Sender.
+        from: VcpuId,
+    },
+    /// A guest scheduler reschedule IPI (task wakeup); elided if the target polls in the guest.
+    Resched {
+        /// Sender.
+        from: VcpuId,
+    },
+    /// A virtual device interrupt.
+    Device {
+        /// Device queue number.
+        queue: u16,
+    },
+}
+
+/// One interrupt on its way to a vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Irq {
+    /// Source.
+    pub src: IrqSrc,
+    /// When the sender started sending it.
+    pub sent: Nanos,
+}
+
+/// What happens when a work item finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tag {
+    /// Nothing.
+    Plain,
+    /// Tell the workload (its own tag).
+    App(u32),
+    /// A guest ICR write: deliver `irq` to `to`.
+    IcrWrite {
+        /// Target vCPU.
+        to: VcpuId,
+        /// The interrupt.
+        irq: Irq,
+    },
+    /// The sender finished kicking `to`'s sleeping thread: make it runnable.
+    Kick(VcpuId),
+    /// The guest reached the first instruction of the handler for `irq`.
+    IrqEntry(Irq),
+    /// The guest finished its idle-entry path (timer writes): poll or HLT now.
+    IdleEntered,
+}
+
+/// One piece of work a vCPU executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    /// Duration on the pCPU.
+    pub ns: Nanos,
+    /// What the pCPU time counts as.
+    pub cat: Cat,
+    /// What happens when it completes.
+    pub tag: Tag,
+}
+
+impl Work {
+    /// Guest code of `ns` with workload tag `tag`.
+    #[must_use]
+    pub fn app(ns: Nanos, tag: u32) -> Self {
+        Self {
+            ns,
+            cat: Cat::Guest,
+            tag: Tag::App(tag),
+        }
+    }
+}
+
+/// Events of the host model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ev {
+    /// The vCPU's current work item finished.
+    WorkDone(VcpuId),
+    /// A poll window (host or guest) of the vCPU ended without a wakeup.
+    PollEnd(VcpuId),
+    /// The vCPU thread got its pCPU (after a scheduler wakeup or context switch).
+    Running(VcpuId),
+    /// Timeslice end on a pCPU.
+    Timeslice(PcpuId),
+    /// A waker's write to the polling flag of a guest-polling vCPU became visible.
+    Notice(VcpuId, Irq),
+    /// A host-side waker (device) finished kicking the vCPU thread.
+    Wake(VcpuId),
+    /// A workload timer with its own tag and data.
+    Workload(u32, u64),
+}
+
+/// A physical CPU.
+#[derive(Debug, Clone, Default)]
+pub struct Pcpu {
+    /// Thread on the CPU (also set while it is being switched in).
+    pub current: Option<VcpuId>,
+    /// Runnable threads waiting for the CPU.
+    pub runq: VecDeque<VcpuId>,
+    /// Time accounting.
+    pub time: CpuTime,
+    /// Timeslice timer.
+    pub slice: Timer,
+}
+
+/// Whether the machine is virtualized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Platform {
+    /// vCPUs are host threads of a KVM-like hypervisor.
+    #[default]
+    Kvm,
+    /// Bare metal: each "vCPU" is a physical CPU; no exits, no host scheduler.
+    Bare,
+}
+
+/// Host model state.
+#[derive(Debug)]
+pub struct Core {
+    /// Pending events.
+    pub q: EventQueue<Ev>,
+    /// Primitive costs.
+    pub costs: Costs,
+    /// Virtualized or bare metal.
+    pub platform: Platform,
+    /// Physical CPUs.
+    pub pcpus: Vec<Pcpu>,
+    /// Virtual CPUs.
+    pub vcpus: Vec<Vcpu>,
+    /// Results.
+    pub metrics: Metrics,
+    /// Workload randomness.
+    pub rng: Rng,
+}
+
+/// Result alias of the host model.
+pub type Result<T> = core::result::Result<T, EngineError>;
+
+impl Core {
+    /// A host with `n_pcpus` pCPUs and the given vCPUs (each pinned to its `pcpu`).
+    #[must_use]
+    pub fn new(
+        costs: Costs,
+        platform: Platform,
+        n_pcpus: usize,
+        vcpus: Vec<Vcpu>,
+        seed: u64,
+    ) -> Self {
+        Self {
+            q: EventQueue::new(1 << 20),
+            costs,
+            platform,
+            pcpus: vec![Pcpu::default(); n_pcpus],
+            vcpus,
+            metrics: Metrics::default(),
+            rng: Rng::new(seed, 1),
+        }
+    }
+
+    /// Current simulated time.
+    #[must_use]
+    pub fn now(&self) -> Nanos {
+        self.q.now()
+    }
+
+    /// Whether the model runs bare metal.
+    #[must_use]
+    pub fn bare(&self) -> bool {
+        self.platform == Platform::Bare
+    }
+
+    /// Cost of one APIC timer (TSC deadline) write by the guest.
+    #[must_use]
+    pub fn timer_write_ns(&self) -> Nanos {
+        if self.bare() {
+            self.costs.native_msr_ns
+        } else {
+            self.costs.exit_roundtrip_ns + self.costs.wrmsr_exit_ns
+        }
+    }
+
+    /// Check the structural invariants; returns a description of the first violation.
+    #[must_use]
+    pub fn invariant_violation(&self) -> Option<String> {
+        let now = self.now();
+        for (v, vc) in self.vcpus.iter().enumerate() {
+            let on: Vec<usize> = (0..self.pcpus.len())
+                .filter(|&p| self.pcpus[p].current == Some(v))
+                .collect();
+            if on.len() > 1 {
+                return Some(format!("vCPU {v} is current on pCPUs {on:?}"));
+            }
+            if matches!(vc.run, Run::OnCpu | Run::HostPoll) && !self.bare() && on != [vc.pcpu] {
+                return Some(format!(
+                    "vCPU {v} runs but is not current on pCPU {}",
+                    vc.pcpu
+                ));
+            }
+        }
+        for (p, pc) in self.pcpus.iter().enumerate() {
+            let sum: u64 = pc.time.totals(now).iter().sum();
+            if sum != now {
+                return Some(format!("pCPU {p} accounts {sum} ns of {now} ns"));
+            }
+        }
+        None
+    }
+}

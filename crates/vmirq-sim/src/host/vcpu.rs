@@ -1,0 +1,483 @@
+//! vCPU execution: the work queue, interrupt delivery, and the idle path (tickless timer
+//! writes, guest haltpoll, HLT, host halt polling, sleeping and waking).
+
+use super::{Cat, Core, Ev, Irq, IrqSrc, Result, Tag, VcpuId, Work};
+use crate::engine::{EventId, Timer};
+use crate::Nanos;
+use std::collections::VecDeque;
+use vmirq_policy::wait::{Wait, WaitDecision, Waiter, WakeOutcome};
+
+/// Guest kernel behaviour of a vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestConfig {
+    /// APIC timer writes when entering idle (tickless kernel stopping the tick).
+    pub idle_entry_writes: u8,
+    /// APIC timer writes when leaving idle (restarting the tick).
+    pub idle_exit_writes: u8,
+    /// Guest haltpoll (cpuidle-haltpoll): poll in the guest before HLT. Enabling it turns
+    /// host halt polling off for this vCPU (MSR_KVM_POLL_CONTROL), as in Linux.
+    pub haltpoll: Option<Wait>,
+    /// Posted interrupts (APICv): an interrupt for a vCPU in guest mode needs no exit.
+    pub posted_interrupts: bool,
+}
+
+/// Host-side state of the vCPU thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// On its pCPU, in guest mode or in the hypervisor on its behalf.
+    OnCpu,
+    /// In the hypervisor's halt-polling loop.
+    HostPoll,
+    /// Blocked (slept after HLT).
+    Blocked,
+    /// Runnable, waiting for or being switched onto its pCPU.
+    Queued,
+}
+
+/// Guest-side idle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Running guest work.
+    Busy,
+    /// In the guest idle loop, polling (haltpoll).
+    GuestPoll,
+    /// Executed HLT.
+    Halted,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Current {
+    work: Work,
+    started: Nanos,
+    id: EventId,
+}
+
+/// One vCPU and its host thread.
+#[derive(Debug, Clone)]
+pub struct Vcpu {
+    /// The pCPU its thread is pinned to.
+    pub pcpu: usize,
+    /// Host-side state.
+    pub run: Run,
+    /// Guest-side idle state.
+    pub idle: Idle,
+    /// The guest is inside its idle loop (between idle entry and idle exit).
+    pub in_idle: bool,
+    /// Guest kernel behaviour.
+    pub guest: GuestConfig,
+    /// Host halt-polling policy.
+    pub host_wait: Wait,
+    /// Queued work, front first.
+    pub work: VecDeque<Work>,
+    pub(super) cur: Option<Current>,
+    pub(super) poll: Timer,
+    pub(super) host_wait_open: bool,
+    pub(super) guest_wait_open: bool,
+    pub(super) kicked: bool,
+    pub(super) preempted: bool,
+}
+
+impl Vcpu {
+    /// A vCPU pinned to `pcpu`.
+    #[must_use]
+    pub fn new(pcpu: usize, guest: GuestConfig, host_wait: Wait) -> Self {
+        Self {
+            pcpu,
+            run: Run::OnCpu,
+            idle: Idle::Busy,
+            in_idle: false,
+            guest,
+            host_wait,
+            work: VecDeque::new(),
+            cur: None,
+            poll: Timer::default(),
+            host_wait_open: false,
+            guest_wait_open: false,
+            kicked: false,
+            preempted: false,
+        }
+    }
+
+    /// Whether the vCPU is executing a work item.
+    #[must_use]
+    pub fn busy(&self) -> bool {
+        self.cur.is_some()
+    }
+}
+
+/// Something the workload must be told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// A [`Tag::App`] work item finished.
+    App(VcpuId, u32),
+    /// The guest entered the handler of an interrupt.
+    Irq(VcpuId, Irq),
+}
+
+impl Core {
+    /// Start the next work item, or go idle. No-op unless the vCPU is on its CPU and free.
+    pub fn dispatch(&mut self, v: VcpuId) -> Result<()> {
+        let vc = &self.vcpus[v];
+        if vc.run != Run::OnCpu || vc.cur.is_some() || vc.idle != Idle::Busy {
+            return Ok(());
+        }
+        if let Some(w) = self.vcpus[v].work.pop_front() {
+            return self.start(v, w);
+        }
+        if self.vcpus[v].in_idle {
+            return self.idle_enter(v);
+        }
+        self.vcpus[v].in_idle = true;
+        let n = self.vcpus[v].guest.idle_entry_writes;
+        let ns = self.timer_write_ns();
+        let cat = if self.bare() { Cat::Guest } else { Cat::Exit };
+        for _ in 0..n {
+            self.vcpus[v].work.push_back(Work {
+                ns,
+                cat,
+                tag: Tag::Plain,
+            });
+        }
+        self.metrics.add("apic_timer_writes", u64::from(n));
+        self.vcpus[v].work.push_back(Work {
+            ns: 0,
+            cat: Cat::Guest,
+            tag: Tag::IdleEntered,
+        });
+        self.dispatch(v)
+    }
+
+    fn start(&mut self, v: VcpuId, work: Work) -> Result<()> {
+        let now = self.now();
+        let p = self.vcpus[v].pcpu;
+        self.pcpus[p].time.set(now, work.cat);
+        let id = self.q.schedule_in(work.ns, Ev::WorkDone(v))?;
+        self.vcpus[v].cur = Some(Current {
+            work,
+            started: now,
+            id,
+        });
+        Ok(())
+    }
+
+    /// The current work item finished: apply its effect. Returns a hook for the workload.
+    pub fn work_done(&mut self, v: VcpuId) -> Result<Option<Hook>> {
+        let Some(cur) = self.vcpus[v].cur.take() else {
+            return Ok(None);
+        };
+        match cur.work.tag {
+            Tag::Plain => Ok(None),
+            Tag::App(t) => Ok(Some(Hook::App(v, t))),
+            Tag::IcrWrite { to, irq } => {
+                self.deliver(to, irq, Some(v))?;
+                Ok(None)
+            }
+            Tag::Kick(t) => {
+                self.wake_thread(t)?;
+                Ok(None)
+            }
+            Tag::IrqEntry(irq) => {
+                self.leave_idle(v);
+                Ok(Some(Hook::Irq(v, irq)))
+            }
+            Tag::IdleEntered => {
+                self.idle_enter(v)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The guest leaves its idle loop: restart the tick (timer writes) before other work.
+    fn leave_idle(&mut self, v: VcpuId) {
+        if !self.vcpus[v].in_idle {
+            return;
+        }
+        self.vcpus[v].in_idle = false;
+        let n = self.vcpus[v].guest.idle_exit_writes;
+        let ns = self.timer_write_ns();
+        let cat = if self.bare() { Cat::Guest } else { Cat::Exit };
+        for _ in 0..n {
+            self.vcpus[v].work.push_front(Work {
+                ns,
+                cat,
+                tag: Tag::Plain,
+            });
+        }
+        self.metrics.add("apic_timer_writes", u64::from(n));
+    }
+
+    /// Idle entry done: guest-poll or HLT (unless work arrived meanwhile).
+    fn idle_enter(&mut self, v: VcpuId) -> Result<()> {
+        if !self.vcpus[v].work.is_empty() {
+            self.leave_idle(v);
+            return self.dispatch(v);
+        }
+        let now = self.now();
+        if let Some(mut gw) = self.vcpus[v].guest.haltpoll {
+            let d = gw.begin(now);
+            self.vcpus[v].guest.haltpoll = Some(gw);
+            self.vcpus[v].guest_wait_open = true;
+            if let WaitDecision::Poll { until } = d {
+                self.vcpus[v].idle = Idle::GuestPoll;
+                let p = self.vcpus[v].pcpu;
+                self.pcpus[p].time.set(now, Cat::Poll);
+                self.metrics.count("guest_polls");
+                let mut t = self.vcpus[v].poll;
+                t.arm(&mut self.q, until.max(now), Ev::PollEnd(v))?;
+                self.vcpus[v].poll = t;
+                return Ok(());
+            }
+        }
+        self.halt(v)
+    }
+
+    /// The guest executes HLT.
+    fn halt(&mut self, v: VcpuId) -> Result<()> {
+        let now = self.now();
+        self.vcpus[v].idle = Idle::Halted;
+        self.metrics.count("halts");
+        if self.bare() {
+            let p = self.vcpus[v].pcpu;
+            self.pcpus[p].time.set(now, Cat::Idle);
+            self.vcpus[v].run = Run::Blocked;
+            return Ok(());
+        }
+        self.metrics.count("exits_hlt");
+        let host_polls = self.vcpus[v].guest.haltpoll.is_none();
+        let d = if host_polls {
+            self.vcpus[v].host_wait_open = true;
+            self.vcpus[v].host_wait.begin(now)
+        } else {
+            WaitDecision::Sleep
+        };
+        match d {
+            WaitDecision::Poll { until } if !self.pcpus[self.vcpus[v].pcpu].runq.is_empty() => {
+                let _ = until; // another task is runnable: KVM does not poll
+                self.block(v)
+            }
+            WaitDecision::Poll { until } => {
+                self.vcpus[v].run = Run::HostPoll;
+                let p = self.vcpus[v].pcpu;
+                self.pcpus[p].time.set(now, Cat::Poll);
+                self.metrics.count("host_polls");
+                let mut t = self.vcpus[v].poll;
+                t.arm(&mut self.q, until.max(now), Ev::PollEnd(v))?;
+                self.vcpus[v].poll = t;
+                Ok(())
+            }
+            WaitDecision::Sleep => self.block(v),
+        }
+    }
+
+    /// A poll window ended with nothing to do.
+    pub fn poll_end(&mut self, v: VcpuId) -> Result<()> {
+        self.vcpus[v].poll.fired();
+        if self.vcpus[v].idle == Idle::GuestPoll {
+            self.metrics.count("guest_poll_misses");
+            return self.halt(v);
+        }
+        if self.vcpus[v].run == Run::HostPoll {
+            self.metrics.count("host_poll_misses");
+            return self.block(v);
+        }
+        Ok(())
+    }
+
+    /// Close the open wait policies after a wakeup.
+    fn close_waits(&mut self, v: VcpuId, slept: bool) {
+        let now = self.now();
+        let outcome = if slept {
+            WakeOutcome::SLEPT
+        } else {
+            WakeOutcome::POLLED
+        };
+        let vc = &mut self.vcpus[v];
+        if vc.host_wait_open {
+            vc.host_wait_open = false;
+            vc.host_wait.end(now, outcome);
+        }
+        if vc.guest_wait_open {
+            vc.guest_wait_open = false;
+            if let Some(gw) = vc.guest.haltpoll.as_mut() {
+                gw.end(now, outcome);
+            }
+        }
+    }
+
+    /// Deliver an interrupt to `v`; `sender` is the vCPU that sent it (it pays the kick).
+    pub fn deliver(&mut self, v: VcpuId, irq: Irq, sender: Option<VcpuId>) -> Result<()> {
+        self.metrics.count("irqs_delivered");
+        let entry = Work {
+            ns: self.costs.guest_irq_entry_ns,
+            cat: Cat::Guest,
+            tag: Tag::IrqEntry(irq),
+        };
+        let vm_entry = Work {
+            ns: self.costs.vm_entry_ns,
+            cat: Cat::Exit,
+            tag: Tag::Plain,
+        };
+        match (self.vcpus[v].run, self.vcpus[v].idle) {
+            (Run::OnCpu, idle) => {
+                if idle == Idle::GuestPoll {
+                    self.vcpus[v].poll.cancel(&mut self.q);
+                    self.vcpus[v].idle = Idle::Busy;
+                    self.close_waits(v, false);
+                }
+                self.preempt_work(v);
+                self.vcpus[v].work.push_front(entry);
+                if !self.bare() && !self.vcpus[v].guest.posted_interrupts {
+                    self.metrics.count("exits_irq");
+                    let inject = Work {
+                        ns: self.costs.exit_roundtrip_ns,
+                        cat: Cat::Exit,
+                        tag: Tag::Plain,
+                    };
+                    self.vcpus[v].work.push_front(inject);
+                }
+                self.dispatch(v)
+            }
+            (Run::HostPoll, _) => {
+                self.vcpus[v].poll.cancel(&mut self.q);
+                self.metrics.count("host_poll_hits");
+                self.close_waits(v, false);
+                self.vcpus[v].run = Run::OnCpu;
+                self.vcpus[v].idle = Idle::Busy;
+                self.vcpus[v].work.push_front(entry);
+                self.vcpus[v].work.push_front(vm_entry);
+                self.dispatch(v)
+            }
+            (Run::Blocked, _) => {
+                if self.bare() {
+                    // The native wakeup cost covers delivery up to the handler.
+                    self.vcpus[v].work.push_front(Work { ns: 0, ..entry });
+                    if !self.vcpus[v].kicked {
+                        self.vcpus[v].kicked = true;
+                        self.q
+                            .schedule_in(self.costs.native_ipi_wakeup_ns, Ev::Running(v))?;
+                    }
+                    return Ok(());
+                }
+                self.vcpus[v].work.push_front(entry);
+                self.vcpus[v].work.push_front(vm_entry);
+                self.kick(v, sender)
+            }
+            (Run::Queued, _) => {
+                // vm_entry is already queued at the front: the handler follows it.
+                let at = usize::from(
+                    !self.vcpus[v].work.is_empty() && self.vcpus[v].work[0] == vm_entry,
+                );
+                self.vcpus[v].work.insert(at, entry);
+                Ok(())
+            }
+        }
+    }
+
+    /// Wake the sleeping thread of `v`: the sender pays the kick, or the host does.
+    fn kick(&mut self, v: VcpuId, sender: Option<VcpuId>) -> Result<()> {
+        if self.vcpus[v].kicked {
+            return Ok(());
+        }
+        self.vcpus[v].kicked = true;
+        self.metrics.count("kicks");
+        let k = Work {
+            ns: self.costs.kick_ns,
+            cat: Cat::Exit,
+            tag: Tag::Kick(v),
+        };
+        match sender {
+            Some(s) => {
+                self.vcpus[s].work.push_front(k);
+                Ok(())
+            }
+            None => {
+                self.q.schedule_in(self.costs.kick_ns, Ev::Wake(v))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Put the unfinished part of the current work item back at the queue front.
+    pub(super) fn preempt_work(&mut self, v: VcpuId) {
+        let now = self.now();
+        if let Some(cur) = self.vcpus[v].cur.take() {
+            self.q.cancel(cur.id);
+            let done = now.saturating_sub(cur.started);
+            let rest = Work {
+                ns: cur.work.ns.saturating_sub(done),
+                ..cur.work
+            };
+            self.vcpus[v].work.push_front(rest);
+        }
+    }
+
+    /// A guest reschedule: elided (polling flag) if `to` polls in the guest, else an IPI.
+    /// `from` pays the ICR write exit.
+    pub fn send_ipi(&mut self, from: VcpuId, to: VcpuId, src: IrqSrc) -> Result<()> {
+        let irq = Irq {
+            src,
+            sent: self.now(),
+        };
+        let resched = matches!(src, IrqSrc::Resched { .. });
+        if resched && self.vcpus[to].idle == Idle::GuestPoll && self.vcpus[to].run == Run::OnCpu {
+            self.metrics.count("ipis_elided");
+            self.q
+                .schedule_in(self.costs.poll_notice_ns, Ev::Notice(to, irq))?;
+            return Ok(());
+        }
+        self.metrics.count("ipis_sent");
+        let (ns, cat) = if self.bare() {
+            (self.costs.native_msr_ns, Cat::Guest)
+        } else {
+            self.metrics.count("exits_icr");
+            (self.costs.wrmsr_exit_ns, Cat::Exit)
+        };
+        self.vcpus[from].work.push_front(Work {
+            ns,
+            cat,
+            tag: Tag::IcrWrite { to, irq },
+        });
+        if !self.bare() {
+            // Re-entry after the exit, after whatever the delivery adds (e.g. a kick).
+            let back = Work {
+                ns: self.costs.exit_roundtrip_ns,
+                cat: Cat::Exit,
+                tag: Tag::Plain,
+            };
+            self.vcpus[from].work.insert(1, back);
+        }
+        Ok(())
+    }
+
+    /// A polling-flag wakeup became visible to the guest-polling vCPU.
+    pub fn notice(&mut self, v: VcpuId, irq: Irq) -> Result<Option<Hook>> {
+        if self.vcpus[v].idle != Idle::GuestPoll || self.vcpus[v].run != Run::OnCpu {
+            // The poll ended meanwhile (HLT): fall back to a real interrupt.
+            self.deliver(v, irq, None)?;
+            return Ok(None);
+        }
+        self.vcpus[v].poll.cancel(&mut self.q);
+        self.vcpus[v].idle = Idle::Busy;
+        self.close_waits(v, false);
+        self.leave_idle(v);
+        let p = self.vcpus[v].pcpu;
+        let now = self.now();
+        self.pcpus[p].time.set(now, Cat::Guest);
+        Ok(Some(Hook::Irq(v, irq)))
+    }
+
+    /// The vCPU thread got its pCPU.
+    pub fn running(&mut self, v: VcpuId) -> Result<()> {
+        let vc = &mut self.vcpus[v];
+        vc.run = Run::OnCpu;
+        vc.kicked = false;
+        if vc.preempted {
+            vc.preempted = false;
+        } else if vc.idle == Idle::Halted {
+            vc.idle = Idle::Busy;
+            self.close_waits(v, true);
+            self.metrics.count("halt_wakeups_slept");
+        }
+        self.dispatch(v)
+    }
+}

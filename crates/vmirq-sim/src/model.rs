@@ -1,0 +1,125 @@
+//! The validated model configuration of one run (the scenario's `[model]` table after
+//! `--set` overrides), and building the host from it.
+
+use crate::costs::Costs;
+use crate::host::{Core, GuestConfig, Platform, Vcpu};
+use crate::workload::WorkloadConfig;
+use serde::{Deserialize, Serialize};
+use vmirq_policy::spec::WaitSpec;
+
+/// Errors in a model configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A policy spec did not parse.
+    #[error("bad policy spec {spec:?} for {field}: {msg}")]
+    Spec {
+        /// Which field.
+        field: &'static str,
+        /// The text.
+        spec: String,
+        /// Parser message.
+        msg: String,
+    },
+    /// A value is out of its allowed range.
+    #[error("{0}")]
+    Range(String),
+}
+
+/// Model configuration (scenario `[model]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Simulated duration in microseconds.
+    pub duration_us: u64,
+    /// Seed (overridden by `--seed`).
+    #[serde(default)]
+    pub seed: u64,
+    /// Virtualized or bare metal.
+    #[serde(default)]
+    pub platform: Platform,
+    /// Physical CPUs.
+    pub pcpus: usize,
+    /// Host halt polling wait spec (`never`, `kvm`, `fixed:ns=...`, `histogram`, ...).
+    #[serde(default = "default_halt_poll")]
+    pub halt_poll: String,
+    /// Guest haltpoll wait spec, or `off`.
+    #[serde(default = "default_off")]
+    pub guest_haltpoll: String,
+    /// Posted interrupts (APICv) for the VM.
+    #[serde(default)]
+    pub posted_interrupts: bool,
+    /// Tickless guest: APIC timer writes on idle entry.
+    #[serde(default)]
+    pub idle_entry_writes: u8,
+    /// Tickless guest: APIC timer writes on idle exit.
+    #[serde(default)]
+    pub idle_exit_writes: u8,
+    /// Hard bound on processed events.
+    #[serde(default = "default_max_events")]
+    pub max_events: u64,
+    /// Primitive cost overrides.
+    #[serde(default)]
+    pub costs: Costs,
+    /// The workload.
+    pub workload: WorkloadConfig,
+}
+
+fn default_halt_poll() -> String {
+    "never".into()
+}
+fn default_off() -> String {
+    "off".into()
+}
+fn default_max_events() -> u64 {
+    50_000_000
+}
+
+fn wait_spec(field: &'static str, s: &str) -> Result<WaitSpec, ConfigError> {
+    s.parse::<WaitSpec>().map_err(|e| ConfigError::Spec {
+        field,
+        spec: s.to_string(),
+        msg: e.to_string(),
+    })
+}
+
+impl ModelConfig {
+    /// Validate and build the host for `seed`, with `vcpus` vCPUs pinned round-robin.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for bad specs or ranges.
+    pub fn build_core(&self, seed: u64, vcpus: usize) -> Result<Core, ConfigError> {
+        if self.pcpus == 0 || self.pcpus > 4096 {
+            return Err(ConfigError::Range(format!(
+                "pcpus must be 1..=4096, got {}",
+                self.pcpus
+            )));
+        }
+        if self.duration_us == 0 || self.duration_us > 3_600_000_000 {
+            return Err(ConfigError::Range("duration_us must be 1..=3.6e9".into()));
+        }
+        let host = wait_spec("halt_poll", &self.halt_poll)?.build();
+        let haltpoll = match self.guest_haltpoll.as_str() {
+            "off" | "" => None,
+            s => Some(wait_spec("guest_haltpoll", s)?.build()),
+        };
+        let guest = GuestConfig {
+            idle_entry_writes: self.idle_entry_writes,
+            idle_exit_writes: self.idle_exit_writes,
+            haltpoll,
+            posted_interrupts: self.posted_interrupts,
+        };
+        let vs = (0..vcpus)
+            .map(|i| Vcpu::new(i % self.pcpus, guest, host))
+            .collect();
+        let mut core = Core::new(self.costs, self.platform, self.pcpus, vs, seed);
+        for v in 0..vcpus.min(self.pcpus) {
+            core.pcpus[v].current = Some(v);
+        }
+        for v in self.pcpus..vcpus {
+            let p = v % self.pcpus;
+            core.vcpus[v].run = crate::host::Run::Blocked;
+            let _ = p;
+        }
+        Ok(core)
+    }
+}

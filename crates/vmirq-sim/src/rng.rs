@@ -1,0 +1,193 @@
+//! The simulator's own pseudo-random numbers: SplitMix64 for seeding and xoshiro256** for
+//! draws, plus the few distributions the model needs. Only integer operations and IEEE
+//! `+ - * /` are used (no platform `ln`/`exp`), so a seed gives bit-identical streams on
+//! every platform.
+
+use crate::Nanos;
+
+/// SplitMix64 step (Vigna): used to expand one u64 seed into independent stream states.
+#[must_use]
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// xoshiro256** generator (Blackman and Vigna).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    /// A generator for `seed` and stream number `stream` (independent streams per entity
+    /// keep one entity's draws from shifting another's when the model changes).
+    #[must_use]
+    pub fn new(seed: u64, stream: u64) -> Self {
+        let mut sm = seed ^ stream.wrapping_mul(0xD134_2543_DE82_EF95);
+        let s = [
+            splitmix64(&mut sm),
+            splitmix64(&mut sm),
+            splitmix64(&mut sm),
+            splitmix64(&mut sm),
+        ];
+        Self { s }
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let result = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    pub fn unit(&mut self) -> f64 {
+        // 53 bits fit exactly in an f64 mantissa.
+        #[allow(clippy::cast_precision_loss, reason = "53-bit value is exact in f64")]
+        let v = (self.next_u64() >> 11) as f64;
+        v * (1.0 / 9_007_199_254_740_992.0)
+    }
+
+    /// Uniform integer in `[0, n)` (Lemire's multiply-shift; `n == 0` gives 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        let wide = u128::from(self.next_u64()) * u128::from(n);
+        // The high half of a 64x64 product always fits in 64 bits.
+        #[allow(clippy::cast_possible_truncation, reason = "high half of u128 product")]
+        let hi = (wide >> 64) as u64;
+        hi
+    }
+
+    /// Exponentially distributed nanoseconds with the given mean.
+    pub fn exp_ns(&mut self, mean_ns: Nanos) -> Nanos {
+        let u = 1.0 - self.unit(); // (0, 1]
+        #[allow(clippy::cast_precision_loss, reason = "means are far below 2^53 ns")]
+        let v = -ln(u) * mean_ns as f64;
+        to_ns(v)
+    }
+}
+
+/// Round a non-negative float to nanoseconds, saturating.
+#[must_use]
+pub fn to_ns(v: f64) -> Nanos {
+    if v.is_nan() || v <= 0.0 {
+        0
+    } else if v >= 1.8e19 {
+        u64::MAX
+    } else {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "range checked above"
+        )]
+        let n = (v + 0.5) as u64;
+        n
+    }
+}
+
+/// 1/(2k+1) for k = 0..12.
+const INV_ODD: [f64; 12] = [
+    1.0,
+    1.0 / 3.0,
+    1.0 / 5.0,
+    1.0 / 7.0,
+    1.0 / 9.0,
+    1.0 / 11.0,
+    1.0 / 13.0,
+    1.0 / 15.0,
+    1.0 / 17.0,
+    1.0 / 19.0,
+    1.0 / 21.0,
+    1.0 / 23.0,
+];
+
+/// Natural logarithm of a positive finite `x` using only IEEE basic operations, so the
+/// result is identical on every platform: `x = m * 2^e` with `m` in `[sqrt(1/2), sqrt(2))`,
+/// then `ln m = 2 atanh((m-1)/(m+1))` by its series (|t| < 0.172, 12 terms: error < 1e-16).
+#[must_use]
+pub fn ln(x: f64) -> f64 {
+    if x.is_nan() || x <= 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    let mut bits = x.to_bits();
+    let mut e: i64 = 0;
+    if (bits >> 52) & 0x7ff == 0 {
+        // subnormal: scale into the normal range first
+        bits = (x * 18_014_398_509_481_984.0).to_bits(); // 2^54
+        e -= 54;
+    }
+    #[allow(clippy::cast_possible_wrap, reason = "11-bit exponent field")]
+    let exp_field = ((bits >> 52) & 0x7ff) as i64;
+    e += exp_field - 1023;
+    let mut m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+    if m > core::f64::consts::SQRT_2 {
+        m *= 0.5;
+        e += 1;
+    }
+    let t = (m - 1.0) / (m + 1.0);
+    let t2 = t * t;
+    // Horner form of sum_{k<12} t^(2k+1)/(2k+1), reciprocals as constants (no division).
+    let mut p = INV_ODD[11];
+    for &c in INV_ODD[..11].iter().rev() {
+        p = p * t2 + c;
+    }
+    let sum = p * t;
+    #[allow(clippy::cast_precision_loss, reason = "exponent is below 2^11")]
+    let ef = e as f64;
+    2.0 * sum + ef * core::f64::consts::LN_2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ln_matches_std_closely() {
+        for &x in &[1e-300, 1e-9, 0.3, 0.5, 0.999, 1.0, 1.5, 2.0, 10.0, 1e12] {
+            let d = (ln(x) - x.ln()).abs();
+            assert!(d <= 1e-13 * x.ln().abs().max(1.0), "ln({x}) off by {d}");
+        }
+    }
+
+    #[test]
+    fn streams_are_reproducible_and_distinct() {
+        let a: Vec<u64> = (0..8)
+            .map(|_| 0)
+            .scan(Rng::new(7, 1), |r, _: u64| Some(r.next_u64()))
+            .collect();
+        let b: Vec<u64> = (0..8)
+            .map(|_| 0)
+            .scan(Rng::new(7, 1), |r, _: u64| Some(r.next_u64()))
+            .collect();
+        let c: Vec<u64> = (0..8)
+            .map(|_| 0)
+            .scan(Rng::new(7, 2), |r, _: u64| Some(r.next_u64()))
+            .collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn exp_mean_is_close() {
+        let mut r = Rng::new(1, 0);
+        let n = 20_000u64;
+        let sum: u64 = (0..n).map(|_| r.exp_ns(1_000)).sum();
+        let mean = sum / n;
+        assert!((950..=1050).contains(&mean), "mean {mean}");
+    }
+
+    #[test]
+    fn below_stays_in_range() {
+        let mut r = Rng::new(3, 0);
+        assert!((0..1000).all(|_| r.below(10) < 10));
+        assert_eq!(r.below(0), 0);
+    }
+}
