@@ -28,6 +28,16 @@ impl Placement {
         }
     }
 
+    /// The name used on the command line and in reports.
+    #[must_use]
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Self::Split => "split",
+            Self::Same => "same",
+            Self::Free => "free",
+        }
+    }
+
     /// The CPU for the client thread, if pinned.
     #[must_use]
     pub fn client_cpu(&self) -> Option<usize> {
@@ -87,6 +97,54 @@ pub fn set_affinity(tid: libc::pid_t, cpu: Option<usize>) -> std::io::Result<()>
     }
 }
 
+/// Whole-machine CPU time in clock ticks, from the `cpu` line of `/proc/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SystemTicks {
+    /// user + nice + system + irq + softirq (time some task or interrupt ran).
+    pub busy: u64,
+    /// Time this VM wanted to run but the hypervisor ran someone else.
+    pub steal: u64,
+    /// Every field (all CPUs).
+    pub total: u64,
+}
+
+impl SystemTicks {
+    /// Parse the aggregate `cpu` line of a `/proc/stat` text.
+    #[must_use]
+    pub fn parse(stat: &str) -> Option<Self> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let get = |i: usize| v.get(i).copied().unwrap_or(0);
+        // Fields: user nice system idle iowait irq softirq steal guest guest_nice; guest time is
+        // already included in user/nice.
+        Some(Self {
+            busy: get(0) + get(1) + get(2) + get(5) + get(6),
+            steal: get(7),
+            total: (0..8).map(get).sum(),
+        })
+    }
+
+    /// Read `/proc/stat` now.
+    #[must_use]
+    pub fn read() -> Option<Self> {
+        Self::parse(&fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The ticks between `earlier` and `self`.
+    #[must_use]
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            busy: self.busy.saturating_sub(earlier.busy),
+            steal: self.steal.saturating_sub(earlier.steal),
+            total: self.total.saturating_sub(earlier.total),
+        }
+    }
+}
+
 /// The first field of a schedstat file: nanoseconds spent running on a CPU.
 fn parse_schedstat(text: &str) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
@@ -125,6 +183,35 @@ mod tests {
         assert_eq!(parse_schedstat("123456 789 10\n"), Some(123_456));
         assert_eq!(parse_schedstat(""), None);
         assert_eq!(parse_schedstat("x 1 2"), None);
+    }
+
+    #[test]
+    fn proc_stat_cpu_line_is_split_into_busy_steal_total() {
+        let text = "cpu  10 1 5 100 2 3 4 7 9 0\ncpu0 1 1 1 1 1 1 1 1 1 1\n";
+        let t = SystemTicks::parse(text).expect("cpu line");
+        assert_eq!(
+            t,
+            SystemTicks {
+                busy: 23,
+                steal: 7,
+                total: 132
+            }
+        );
+        let later = SystemTicks {
+            busy: 30,
+            steal: 8,
+            total: 200,
+        };
+        assert_eq!(
+            later.since(&t),
+            SystemTicks {
+                busy: 7,
+                steal: 1,
+                total: 68
+            }
+        );
+        assert!(SystemTicks::parse("intr 1 2").is_none());
+        assert!(SystemTicks::read().is_some_and(|s| s.total > 0));
     }
 
     #[test]

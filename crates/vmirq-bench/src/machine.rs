@@ -85,10 +85,16 @@ impl Machine {
     }
 }
 
-/// The git revision of the working tree (`git describe --always --dirty`), or "unknown".
+/// The git revision of the source tree this binary was built from (`git describe --always
+/// --dirty`, run in the crate's directory), else of the current directory, else "unknown".
 #[must_use]
 pub fn git_revision() -> String {
-    first_line_of("git", &["describe", "--always", "--dirty", "--abbrev=12"])
+    let describe = ["describe", "--always", "--dirty", "--abbrev=12"];
+    let built_from = env!("CARGO_MANIFEST_DIR");
+    let mut in_source = vec!["-C", built_from];
+    in_source.extend(describe);
+    first_line_of("git", &in_source)
+        .or_else(|| first_line_of("git", &describe))
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -105,6 +111,17 @@ mod tests {
         );
         assert!(cpuinfo_field(text, "flags").is_some_and(|f| f.contains("hypervisor")));
         assert_eq!(cpuinfo_field(text, "missing"), None);
+    }
+
+    #[test]
+    fn revision_is_found_from_the_source_tree() {
+        let rev = git_revision();
+        assert!(!rev.is_empty());
+        // In a git checkout the source tree has a revision; outside one "unknown" is honest.
+        let in_git = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .any(|d| d.join(".git").exists());
+        assert_eq!(rev == "unknown", !in_git, "{rev}");
     }
 
     #[test]

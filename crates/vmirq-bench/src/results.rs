@@ -68,6 +68,11 @@ pub struct CellResult {
     pub client_cpu_ns_per_io: f64,
     /// Median backend CPU ns per I/O (absent for bare).
     pub backend_cpu_ns_per_io: Option<f64>,
+    /// Median CPU use of everything else on the machine during the runs, percent of all CPUs
+    /// (a noise indicator: other load competes with client and backend).
+    pub others_busy_pct: Option<f64>,
+    /// Median hypervisor steal time during the runs, percent of all CPUs.
+    pub steal_pct: Option<f64>,
     /// Spread of the headline numbers.
     pub spread: CellSpread,
     /// Added latency over bare, if bare ran this workload.
@@ -99,6 +104,8 @@ impl CellResult {
             cpu_ns_per_io: 0.0,
             client_cpu_ns_per_io: 0.0,
             backend_cpu_ns_per_io: None,
+            others_busy_pct: None,
+            steal_pct: None,
             spread: CellSpread::default(),
             added_latency_ns: None,
             vs_peer: None,
@@ -142,6 +149,12 @@ impl CellResult {
             .filter_map(|m| m.backend_cpu_ns_per_io)
             .collect();
         self.backend_cpu_ns_per_io = (!backend.is_empty()).then(|| Spread::of(&backend).median);
+        let median_of = |f: &dyn Fn(&Metrics) -> Option<f64>| {
+            let v: Vec<f64> = runs.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| Spread::of(&v).median)
+        };
+        self.others_busy_pct = median_of(&|m| m.others_busy_pct);
+        self.steal_pct = median_of(&|m| m.steal_pct);
         self.spread = CellSpread {
             iops: Spread::over(&runs, |m| m.iops),
             p99_ns: Spread::over(&runs, |m| crate::stats::as_f64(m.lat_ns.p99)),

@@ -40,6 +40,12 @@ pub struct Metrics {
     pub client_cpu_ns_per_io: f64,
     /// Backend process CPU time per request, nanoseconds (absent for bare).
     pub backend_cpu_ns_per_io: Option<f64>,
+    /// Whole-machine busy CPU during the window, percent of all CPUs (bench included).
+    pub machine_busy_pct: Option<f64>,
+    /// Busy CPU of everything except client and backend, percent of all CPUs: other load.
+    pub others_busy_pct: Option<f64>,
+    /// Hypervisor steal time, percent of all CPUs.
+    pub steal_pct: Option<f64>,
 }
 
 /// Convert a count to f64 for ratios; report values are far below 2^53.
@@ -72,7 +78,17 @@ impl Metrics {
                 max: h.max(),
             }
         };
+        let ticks = s.system.filter(|t| t.total > 0);
+        let pct = |x: u64| ticks.map(|t| 100.0 * as_f64(x) / as_f64(t.total));
+        let machine_busy_pct = ticks.and_then(|t| pct(t.busy));
+        // The bench's own share of all CPUs over the window.
+        let cpus = as_f64(crate::cpu::online_cpus() as u64);
+        let own_pct = 100.0 * (as_f64(s.client_cpu_ns) + as_f64(s.backend_cpu_ns.unwrap_or(0)))
+            / (as_f64(s.elapsed_ns.max(1)) * cpus);
         Self {
+            machine_busy_pct,
+            others_busy_pct: machine_busy_pct.map(|m| (m - own_pct).max(0.0)),
+            steal_pct: ticks.and_then(|t| pct(t.steal)),
             iops: as_f64(s.ios) / secs,
             mib_s: as_f64(s.bytes) / secs / (1024.0 * 1024.0),
             ios: s.ios,
@@ -165,6 +181,11 @@ mod tests {
             wakeups: notifications / 2,
             client_cpu_ns: 1_000_000,
             backend_cpu_ns: Some(3_000_000),
+            system: Some(crate::cpu::SystemTicks {
+                busy: 50,
+                steal: 10,
+                total: 200,
+            }),
             trace: Vec::new(),
         }
     }
@@ -178,6 +199,10 @@ mod tests {
         assert!((m.wakeups_per_io - 0.25).abs() < 1e-12);
         assert!((m.cpu_ns_per_io - 4000.0).abs() < 1e-9);
         assert_eq!(m.backend_cpu_ns_per_io, Some(3000.0));
+        assert_eq!(m.machine_busy_pct, Some(25.0));
+        assert_eq!(m.steal_pct, Some(5.0));
+        let own = 100.0 * 4e6 / (1e9 * crate::cpu::online_cpus() as f64);
+        assert!((m.others_busy_pct.unwrap_or(-1.0) - (25.0 - own)).abs() < 1e-9);
         // hdrhistogram keeps 3 significant digits.
         assert!(
             (m.lat_ns.p50 as f64 - 500_000.0).abs() / 500_000.0 < 0.002,

@@ -71,6 +71,8 @@ pub struct Sample {
     pub client_cpu_ns: u64,
     /// CPU time of the backend process (all threads), if there is one.
     pub backend_cpu_ns: Option<u64>,
+    /// Whole-machine CPU ticks during the window (busy, steal, total), for noise reporting.
+    pub system: Option<crate::cpu::SystemTicks>,
     /// Submit/complete timestamps (empty unless requested).
     pub trace: Vec<TraceEvent>,
 }

@@ -30,6 +30,7 @@ struct Counters {
     wakeups: u64,
     client_cpu_ns: u64,
     backend_cpu_ns: Option<u64>,
+    system: Option<cpu::SystemTicks>,
     t_ns: u64,
 }
 
@@ -133,6 +134,7 @@ impl<'a> Loop<'a> {
         self.now.t_ns = t_ns;
         self.now.client_cpu_ns = cpu::thread_cpu_ns().unwrap_or(0);
         self.now.backend_cpu_ns = self.cfg.backend_pid.and_then(cpu::process_cpu_ns);
+        self.now.system = cpu::SystemTicks::read();
         self.now
     }
 
@@ -289,6 +291,7 @@ impl<'a> Loop<'a> {
                 .backend_cpu_ns
                 .zip(base.backend_cpu_ns)
                 .map(|(e, b)| e.saturating_sub(b)),
+            system: end.system.zip(base.system).map(|(e, b)| e.since(&b)),
             trace: std::mem::take(&mut self.trace),
         }
     }

@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1400px}\
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;\
-text-align:right}td:nth-child(-n+4){text-align:left}h2{margin-top:1.5em}\
+text-align:right;white-space:nowrap}td:nth-child(-n+4){text-align:left}h2{margin-top:1.5em}\
 .plots{display:flex;flex-wrap:wrap;gap:12px}.note{color:#555;font-size:13px}";
 
 /// Targets in first-seen order.
@@ -224,8 +224,8 @@ fn knob_plots(doc: &Document) -> String {
                 .collect(),
         };
         let title = format!(
-            "{}: {} ({} notifications / {} completions)",
-            s.policy, s.unit, s.notifications, s.completions
+            "{}: {} notifications for {} completions",
+            s.policy, s.notifications, s.completions
         );
         out.push_str(&line_chart(&title, "time (ms)", &s.unit, &[series], false));
     }
@@ -239,9 +239,9 @@ pub fn render(doc: &Document) -> String {
     let mut out = String::new();
     let _ = write!(out, "<!DOCTYPE html><html><head><meta charset=utf-8><title>vmirq bench</title><style>{STYLE}</style></head><body>");
     let _ = write!(out, "<h1>vmirq bench</h1><p>Revision <code>{}</code> on {}.<br>Command: <code>{}</code><br>\
-        {} repetitions per cell, {} ms warm-up + {} ms measured per run, placement {:?}, {:.0} s in total.</p>",
+        {} repetitions per cell, {} ms warm-up + {} ms measured per run, placement {}, {:.0} s in total.</p>",
         escape(&doc.revision), escape(&doc.machine.summary()), escape(&doc.run.command),
-        doc.run.repetitions, doc.run.warmup_ms, doc.run.measure_ms, doc.run.placement, doc.run.wall_s);
+        doc.run.repetitions, doc.run.warmup_ms, doc.run.measure_ms, doc.run.placement.as_str(), doc.run.wall_s);
     out.push_str(
         "<h2>Results</h2><p class=note>Medians over repetitions. Ratios to bare and to the peer \
         (qemu-storage-daemon) pair runs of the same repetition.</p>",

@@ -152,6 +152,23 @@ fn nice_max(v: f64) -> f64 {
         .unwrap_or(v)
 }
 
+/// Where to label the x axis: the data's own x values on a log axis (queue depths), six even
+/// steps on a linear one.
+fn x_ticks(series: &[Series], x0: f64, x1: f64, log_x: bool) -> Vec<f64> {
+    if log_x {
+        let mut xs: Vec<f64> = series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        return xs;
+    }
+    (0..=5)
+        .map(|i| x0 + (x1 - x0) * f64::from(i) / 5.0)
+        .collect()
+}
+
 /// A line chart of `series`; `log_x` spaces x by powers of two (queue depths).
 #[must_use]
 pub fn line_chart(
@@ -182,14 +199,7 @@ pub fn line_chart(
     let mut out = String::new();
     open(&mut out, title, x_label, y_label);
     y_axis(&mut out, &f);
-    let mut xs: Vec<f64> = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .collect();
-    xs.sort_by(f64::total_cmp);
-    xs.dedup();
-    let step = (xs.len() / 10).max(1);
-    for x in xs.iter().step_by(step) {
+    for x in &x_ticks(series, x0, x1, log_x) {
         let _ = write!(
             out,
             r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,

@@ -40,7 +40,7 @@ fn opt_ratio(x: Option<f64>) -> String {
     }
 }
 
-const HEADER: [&str; 14] = [
+const HEADER: [&str; 15] = [
     "target",
     "workload",
     "qd",
@@ -55,9 +55,10 @@ const HEADER: [&str; 14] = [
     "cpu/io",
     "+lat/bare",
     "vs peer iops|p99",
+    "other%",
 ];
 
-fn row(c: &CellResult) -> [String; 14] {
+fn row(c: &CellResult) -> [String; 15] {
     let f = crate::stats::as_f64;
     [
         c.target.clone(),
@@ -82,13 +83,15 @@ fn row(c: &CellResult) -> [String; 14] {
             || "-".into(),
             |p| format!("{}|{}", opt_ratio(Some(p.iops)), opt_ratio(Some(p.p99))),
         ),
+        c.others_busy_pct
+            .map_or_else(|| "-".into(), |o| format!("{o:.0}%")),
     ]
 }
 
 /// Render every cell as an aligned text table.
 #[must_use]
 pub fn render(cells: &[CellResult]) -> String {
-    let rows: Vec<[String; 14]> = cells.iter().map(row).collect();
+    let rows: Vec<[String; 15]> = cells.iter().map(row).collect();
     let mut width = HEADER.map(str::len);
     for r in &rows {
         for (w, s) in width.iter_mut().zip(r) {
@@ -120,7 +123,8 @@ pub fn render(cells: &[CellResult]) -> String {
         "IOPS and latencies: median of repetitions; +/-: half the min..max range of IOPS; \
          notif/io: completion-eventfd signals per I/O; wake/io: client blocked and woken per I/O;\n\
          cpu/io: client + backend CPU per I/O; +lat/bare: mean latency added over bare io_uring; \
-         vs peer: ratio to qemu-storage-daemon in the same repetition (median).\n",
+         vs peer: ratio to qemu-storage-daemon in the same repetition (median);\n\
+         other%: CPU used by everything else on the machine during the runs (noise).\n",
     );
     out
 }
