@@ -118,7 +118,11 @@ impl Moderator for Count {
                 self.pending.hold_until(self.deadline())
             }
             Event::Complete(_) => {
-                if self.pending.held == 0 || self.cfg.timer == TimerStart::LastCompletion {
+                // A caller whose timer is late must not have the hold extended by a restart.
+                let expired = self.pending.held > 0 && now >= self.deadline();
+                if self.pending.held == 0
+                    || (self.cfg.timer == TimerStart::LastCompletion && !expired)
+                {
                     self.timer_start = now;
                 }
                 self.pending.complete(now);
@@ -229,5 +233,17 @@ mod tests {
         assert_eq!(p.on_event(18_000, C), Decision::Hold { deadline: 28_000 });
         assert_eq!(p.on_event(27_000, C), Decision::Notify);
         assert_eq!(p.max_hold_ns(), 40_000);
+    }
+
+    #[test]
+    fn cqe_mode_late_timer_does_not_extend_the_hold() {
+        let mut p = Count::new(CountConfig {
+            usecs: 10,
+            frames: 4,
+            timer: TimerStart::LastCompletion,
+        });
+        assert_eq!(p.on_event(0, C), Decision::Hold { deadline: 10_000 });
+        // The caller missed the timer; the next completion arrives after the deadline.
+        assert_eq!(p.on_event(15_000, C), Decision::Notify);
     }
 }

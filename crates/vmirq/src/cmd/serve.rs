@@ -58,7 +58,10 @@ pub struct Args {
 /// Run the server until SIGINT/SIGTERM (or the first disconnect with `--once`).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let disk = match (&args.image, &args.ram, &args.null) {
-        (Some(path), _, _) => DiskSpec::Image { path: path.clone(), direct: args.direct },
+        (Some(path), _, _) => DiskSpec::Image {
+            path: path.clone(),
+            direct: args.direct,
+        },
         (_, Some(size), _) => DiskSpec::Ram(parse_size(size)?),
         (_, _, Some(size)) => DiskSpec::Null(parse_size(size)?),
         _ => anyhow::bail!("one of --image, --ram or --null is required"),

@@ -1,0 +1,134 @@
+//! `vmirq kvm`: measurements on the host's real KVM (see crate `vmirq-kvm`).
+
+use anyhow::Context;
+use clap::Subcommand;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use vmirq_kvm::host::TscClock;
+use vmirq_kvm::report::us;
+use vmirq_kvm::wake::{self, Path, Placement, Sweep};
+
+/// Arguments of `vmirq kvm`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: KvmCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum KvmCommand {
+    /// Wake a halted vCPU by irqfd/MSI or x2APIC IPI; sweep KVM's halt-poll window.
+    Wake(WakeArgs),
+}
+
+/// Output options shared by every `vmirq kvm` command.
+#[derive(Debug, clap::Args)]
+struct Output {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML report with charts.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// A few-second version (fewer cells and samples).
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct WakeArgs {
+    #[command(flatten)]
+    out: Output,
+    /// Senders: irqfd, ipi.
+    #[arg(long, value_delimiter = ',', value_parser = parse_path)]
+    path: Vec<Path>,
+    /// KVM_CAP_HALT_POLL values in ns.
+    #[arg(long, value_delimiter = ',')]
+    halt_poll_ns: Vec<u64>,
+    /// Wake intervals in microseconds.
+    #[arg(long, value_delimiter = ',')]
+    interval_us: Vec<u64>,
+    /// Sender placement: same, other.
+    #[arg(long, value_delimiter = ',', value_parser = parse_placement)]
+    placement: Vec<Placement>,
+    /// Measured wakes per cell.
+    #[arg(long)]
+    samples: Option<u32>,
+    /// Warm-up wakes per cell.
+    #[arg(long)]
+    warmup: Option<u32>,
+}
+
+fn parse_path(s: &str) -> Result<Path, String> {
+    match s {
+        "irqfd" => Ok(Path::Irqfd),
+        "ipi" => Ok(Path::Ipi),
+        _ => Err(format!("unknown path {s:?} (irqfd, ipi)")),
+    }
+}
+
+fn parse_placement(s: &str) -> Result<Placement, String> {
+    match s {
+        "same" => Ok(Placement::Same),
+        "other" => Ok(Placement::Other),
+        _ => Err(format!("unknown placement {s:?} (same, other)")),
+    }
+}
+
+/// Run `vmirq kvm`.
+///
+/// # Errors
+/// Measurement or output failures (an unusable KVM is reported in one line and exit code 2).
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Err(e) = vmirq_kvm::vm::probe() {
+        eprintln!("vmirq kvm: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    match args.command {
+        KvmCommand::Wake(a) => run_wake(a),
+    }
+}
+
+fn clock() -> TscClock {
+    TscClock::calibrate(Duration::from_millis(50))
+}
+
+fn run_wake(a: WakeArgs) -> anyhow::Result<ExitCode> {
+    let mut sweep = if a.out.quick { Sweep::quick() } else { Sweep::default_sweep() };
+    if !a.path.is_empty() {
+        sweep.paths = a.path;
+    }
+    if !a.halt_poll_ns.is_empty() {
+        sweep.halt_poll_ns = a.halt_poll_ns;
+    }
+    if !a.interval_us.is_empty() {
+        sweep.intervals_ns = a.interval_us.iter().map(|v| v * 1000).collect();
+    }
+    if !a.placement.is_empty() {
+        sweep.placements = a.placement;
+    }
+    sweep.samples = a.samples.unwrap_or(sweep.samples);
+    sweep.warmup = a.warmup.unwrap_or(sweep.warmup);
+    let report = wake::run_sweep(&sweep, clock(), |c| {
+        eprintln!(
+            "  {:?} {:?} interval {} us poll {} us: p50 {} us, {} of {} halts polled",
+            c.path,
+            c.placement,
+            us(c.interval_ns),
+            us(c.halt_poll_ns),
+            us(c.lat_ns.p50),
+            c.polls_successful,
+            c.halts
+        );
+    })?;
+    if let Some(path) = &a.out.html {
+        std::fs::write(path, wake::html(&report)).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.out.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", wake::table(&report.cells).render());
+    }
+    Ok(ExitCode::SUCCESS)
+}

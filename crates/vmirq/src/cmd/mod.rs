@@ -1,0 +1,8 @@
+//! One module per `vmirq` subcommand. Each exposes `Args` (clap) and
+//! `run(Args) -> anyhow::Result<ExitCode>`.
+
+pub mod bench;
+pub mod kvm;
+pub mod replay;
+pub mod serve;
+pub mod sim;
