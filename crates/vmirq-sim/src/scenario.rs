@@ -7,7 +7,9 @@ use crate::model::ModelConfig;
 use crate::sim::{run, RunResult, SimError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use toml::{Table, Value};
+use toml::Table;
+/// A TOML value (for `--set` overrides and sweep grids).
+pub use toml::Value;
 
 /// Errors loading or running a scenario.
 #[derive(Debug, thiserror::Error)]

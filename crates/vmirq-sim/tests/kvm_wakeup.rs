@@ -1,0 +1,40 @@
+//! Reproduction test for scenarios/kvm_wakeup.toml (KVM Forum 2015 message passing).
+
+mod common;
+use common::{check, run_scenario, value};
+
+#[test]
+fn kvm_wakeup_reproduces_the_published_latencies() {
+    let r = run_scenario("kvm_wakeup", &["duration_us=60000"]);
+    for name in [
+        "IPI wakeup, halted vCPU scheduled out (p50)",
+        "IPI wakeup, vCPU never schedules (polls) (p50)",
+    ] {
+        let c = check(&r, name);
+        assert_eq!(c.status, "reproduced", "{name}: {c:?}");
+    }
+    // Inputs (consistency): within 25% as well.
+    for name in [
+        "IPI wakeup, bare metal (p50)",
+        "TCP_RR round trip, bare metal",
+    ] {
+        assert!(check(&r, name).off_pct <= 25.0, "{name}");
+    }
+}
+
+#[test]
+fn kvm_wakeup_message_passing_direction_and_size() {
+    let r = run_scenario("kvm_wakeup", &["duration_us=60000"]);
+    // Not reproduced within 25% (see README): assert what the model does show.
+    let ratio = check(&r, "TCP_RR VM / bare metal, no polling").simulated;
+    assert!((1.8..3.0).contains(&ratio), "VM/bare ratio {ratio}");
+    let saving = check(&r, "host halt polling saving per TCP_RR round trip").simulated;
+    assert!((5.0..15.0).contains(&saving), "polling saving {saving} us");
+    // Polling costs CPU: the idle vCPU's pCPU is busy while polling.
+    assert!(
+        value(&r, "kvm-poll", "cpu.poll_pct")
+            > 10.0 * value(&r, "kvm-sleep", "cpu.poll_pct").max(0.1)
+    );
+    // Guest haltpoll elides reschedule IPIs entirely.
+    assert!(value(&r, "rr-guest-haltpoll", "ipis_elided") > 0.0);
+}
