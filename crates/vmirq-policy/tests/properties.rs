@@ -1,0 +1,223 @@
+//! Property tests of the invariants each policy promises (proptest, virtual clock).
+
+use proptest::prelude::*;
+use vmirq_policy::moderation::{
+    CompletionMeta, Decision, Dim, DimConfig, DimMode, DimVariant, Event, Knob, Moderator,
+    RequestKind, Vic, VicConfig,
+};
+use vmirq_policy::spec::{ModerationSpec, WaitSpec};
+use vmirq_policy::wait::{KvmHaltPoll, KvmHaltPollConfig, Waiter, WakeOutcome};
+
+const DONE: Event = Event::Complete(CompletionMeta {
+    kind: RequestKind::Read,
+    bytes: 4096,
+    flags: 0,
+});
+
+/// One step of a random workload: advance time, then submit or complete, or fire the timer.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Submit(u32),
+    Complete(u32, u8),
+    Timer,
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        (0u32..20_000).prop_map(Step::Submit),
+        (0u32..20_000, any::<u8>()).prop_map(|(dt, f)| Step::Complete(dt, f)),
+        Just(Step::Timer),
+    ];
+    proptest::collection::vec(step, 1..600)
+}
+
+const SPECS: &[&str] = &[
+    "none",
+    "count",
+    "count:usecs=5,frames=3",
+    "vic",
+    "vic:cif_low=0,max_delay_us=30",
+    "ipi-gap",
+    "dim",
+    "dim:mode=cqe,latency=on",
+    "dim:variant=rdma",
+    "spdk",
+    "spdk:delay_base_us=500,iops_threshold=100",
+    "budget",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// A caller that obeys the decisions (fires each timer at its deadline) never holds a
+    /// completion beyond the policy's bound, and everything is covered in the end.
+    #[test]
+    fn obeyed_policies_cover_every_completion_within_bound(steps in steps()) {
+        for s in SPECS {
+            let mut p = s.parse::<ModerationSpec>().map(|m| m.build()).unwrap_or_else(|e| panic!("{e}"));
+            let bound = p.max_hold_ns();
+            let (mut now, mut cif, mut timer) = (0u64, 0u32, None::<u64>);
+            let mut held: Vec<u64> = Vec::new();
+            let apply = |d: Decision, now: u64, held: &mut Vec<u64>, timer: &mut Option<u64>| {
+                match d {
+                    Decision::Notify => {
+                        for t in held.drain(..) {
+                            assert!(now - t <= bound, "{s}: held {} > bound {bound}", now - t);
+                        }
+                        *timer = None;
+                    }
+                    Decision::Hold { deadline } => {
+                        assert!(!held.is_empty(), "{s}: hold with nothing held");
+                        assert!(deadline >= now, "{s}: deadline in the past");
+                        *timer = Some(deadline);
+                    }
+                    Decision::Idle => {
+                        assert!(held.is_empty(), "{s}: idle while holding");
+                        *timer = None;
+                    }
+                }
+            };
+            for step in &steps {
+                let (dt, event) = match *step {
+                    Step::Submit(dt) => (dt, Event::Submit),
+                    Step::Complete(dt, flags) if cif > 0 => {
+                        (dt, Event::Complete(CompletionMeta { kind: RequestKind::Write, bytes: 512, flags }))
+                    }
+                    Step::Complete(dt, _) => (dt, Event::Submit),
+                    Step::Timer => (0, Event::Timer),
+                };
+                let target = now + u64::from(dt);
+                // The obedient caller: fire the timer when it is due before moving on.
+                while let Some(deadline) = timer.filter(|d| *d <= target) {
+                    now = deadline.max(now);
+                    let d = p.on_event(now, Event::Timer);
+                    apply(d, now, &mut held, &mut timer);
+                }
+                now = target;
+                match event {
+                    Event::Submit => cif += 1,
+                    Event::Complete(_) => {
+                        cif -= 1;
+                        held.push(now);
+                    }
+                    Event::Timer => {}
+                }
+                let d = p.on_event(now, event);
+                apply(d, now, &mut held, &mut timer);
+                prop_assert_eq!(p.in_flight(), cif);
+            }
+            let mut rounds = 0;
+            while let Some(deadline) = timer {
+                now = deadline.max(now);
+                let d = p.on_event(now, Event::Timer);
+                apply(d, now, &mut held, &mut timer);
+                rounds += 1;
+                prop_assert!(rounds < 1000, "{} never drains", s);
+            }
+            prop_assert!(held.is_empty(), "{} left completions held", s);
+        }
+    }
+
+    /// `none` notifies exactly once per completion.
+    #[test]
+    fn none_notifies_exactly_once_per_completion(n in 1u32..500) {
+        let mut p = "none".parse::<ModerationSpec>().map(|m| m.build()).unwrap_or_else(|e| panic!("{e}"));
+        let mut notes = 0;
+        for i in 0..n {
+            p.on_event(u64::from(i), Event::Submit);
+            notes += u32::from(p.on_event(u64::from(i), DONE) == Decision::Notify);
+        }
+        prop_assert_eq!(notes, n);
+    }
+
+    /// vIC delivers its ratio: over k whole cycles at fixed CIF, exactly deliver × k
+    /// completions notify (within one completion per cycle for partial cycles).
+    #[test]
+    fn vic_fraction_matches_ratio(deliver in 1u8..6, extra in 0u8..10, cif in 8u32..200, completions in 50u32..2000) {
+        let of = deliver + extra;
+        let table = [vmirq_policy::moderation::VicRatio { cif_min: 5, deliver, of }];
+        let cfg = VicConfig::default().with_table(&table).unwrap_or_default();
+        let mut v = Vic::new(cfg);
+        let mut t = 0;
+        for _ in 0..cif {
+            v.on_event(t, Event::Submit);
+        }
+        // Open the rate gate: one epoch at 1 completion per µs.
+        for _ in 0..11_000 {
+            t += 1_000;
+            v.on_event(t, DONE);
+            v.on_event(t, Event::Submit);
+        }
+        while v.held() != 0 {
+            t += 1_000;
+            v.on_event(t, DONE);
+            v.on_event(t, Event::Submit);
+        }
+        let mut notes = 0u32;
+        for _ in 0..completions {
+            t += 1_000;
+            notes += u32::from(v.on_event(t, DONE) == Decision::Notify);
+            v.on_event(t, Event::Submit);
+        }
+        let of = u32::from(of);
+        let deliver = u32::from(deliver);
+        let cycles = completions / of;
+        let expected_min = cycles * deliver;
+        let expected_max = expected_min + deliver;
+        prop_assert!(notes >= expected_min && notes <= expected_max, "{} of {} at {}/{}", notes, completions, deliver, of);
+    }
+
+    /// DIM's profile index stays in its table whatever the traffic.
+    #[test]
+    fn dim_index_stays_in_range(gaps in proptest::collection::vec(1u64..200_000, 100..3000), cqe: bool, rdma: bool) {
+        let cfg = DimConfig {
+            mode: if cqe { DimMode::Cqe } else { DimMode::Eqe },
+            variant: if rdma { DimVariant::Rdma } else { DimVariant::Net },
+            ..DimConfig::default()
+        };
+        let mut d = Dim::new(cfg);
+        let max_index = if rdma { 8 } else { 4 };
+        let mut t = 0;
+        for _ in 0..64 {
+            d.on_event(t, Event::Submit);
+        }
+        for gap in gaps {
+            t += gap;
+            d.on_event(t, DONE);
+            d.on_event(t, Event::Timer);
+            d.on_event(t, Event::Submit);
+            prop_assert!(d.index() <= max_index);
+            let in_range = matches!(d.knob(), Knob::Profile { index, .. } if index <= max_index);
+            prop_assert!(in_range);
+        }
+    }
+
+    /// KVM's window stays in [0, max] whatever the halts.
+    #[test]
+    fn kvm_window_stays_in_range(halts in proptest::collection::vec((1u64..2_000_000, any::<bool>()), 1..500), max in 0u64..500_000) {
+        let mut k = KvmHaltPoll::new(KvmHaltPollConfig { max_ns: max, ..KvmHaltPollConfig::default() });
+        let mut t = 0;
+        for (len, valid) in halts {
+            let w = k.begin(t).window_ns(t);
+            prop_assert!(w <= max);
+            t += len;
+            k.end(t, WakeOutcome { slept: len > w, valid, wake_cost_ns: 0 });
+            prop_assert!(k.window_ns() <= max);
+        }
+    }
+
+    /// Every wait policy's window stays within its maximum.
+    #[test]
+    fn wait_windows_stay_within_max(idles in proptest::collection::vec(1u64..5_000_000, 1..400)) {
+        for s in ["never", "fixed", "kvm", "guest-haltpoll", "histogram", "histogram:max_ns=30000"] {
+            let mut w = s.parse::<WaitSpec>().map(|w| w.build()).unwrap_or_else(|e| panic!("{e}"));
+            let mut t = 0;
+            for idle in &idles {
+                let window = w.begin(t).window_ns(t);
+                prop_assert!(window <= w.max_window_ns(), "{}", s);
+                t += idle;
+                w.end(t, WakeOutcome { slept: *idle > window, valid: true, wake_cost_ns: idle / 10 });
+            }
+        }
+    }
+}
