@@ -191,6 +191,11 @@ impl VhostUserBackend for BlkBackend {
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
     }
+    fn reset_device(&self) {
+        for e in &self.engines {
+            e.lock().unwrap_or_else(PoisonError::into_inner).reset();
+        }
+    }
     fn set_event_idx(&self, _enabled: bool) {
         // vhost-user-backend sets EVENT_IDX on each vring's queue; the engine asks the queue.
     }

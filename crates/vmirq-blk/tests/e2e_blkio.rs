@@ -235,16 +235,45 @@ fn wait_for_connections(srv: &Running, n: u64) {
 }
 
 #[test]
-fn two_queues_both_serve() {
-    let srv = Running::start(DiskSpec::Ram(4 << 20), |o| o.queues = 2);
-    let mut c = Client::connect(&srv.socket, 2, 8 * BLOCK).expect("connect");
-    c.buf()[..BLOCK].fill(0x77);
-    c.write(0, 0, 0, BLOCK, 1);
-    assert_eq!(c.drain(0), vec![(1, 0)]);
-    c.read(1, 0, BLOCK, BLOCK, 2);
-    assert_eq!(c.drain(1), vec![(2, 0)]);
-    drop(c);
-    srv.stop();
+fn three_queues_serve_with_one_two_or_three_worker_threads() {
+    for threads in 1..=3 {
+        let srv = Running::start(DiskSpec::Ram(4 << 20), |o| {
+            o.queues = 3;
+            o.threads = Some(threads);
+        });
+        let mut c = Client::connect(&srv.socket, 3, 8 * BLOCK).expect("connect");
+        for q in 0..3 {
+            let byte = 0x70 + q as u8;
+            c.buf()[..BLOCK].fill(byte);
+            c.write(q, (q * BLOCK) as u64, 0, BLOCK, q);
+            assert_eq!(
+                c.drain(q),
+                vec![(q, 0)],
+                "threads={threads} queue {q} write"
+            );
+        }
+        for q in 0..3 {
+            // Read queue q's block through the next queue.
+            let via = (q + 1) % 3;
+            c.read(via, (q * BLOCK) as u64, BLOCK, BLOCK, 10 + q);
+            assert_eq!(
+                c.drain(via),
+                vec![(10 + q, 0)],
+                "threads={threads} queue {via} read"
+            );
+            assert!(c.buf()[BLOCK..2 * BLOCK]
+                .iter()
+                .all(|&b| b == 0x70 + q as u8));
+        }
+        drop(c);
+        let per_queue: Vec<u64> = srv.handle.counters().iter().map(|c| c.requests).collect();
+        srv.stop();
+        assert_eq!(
+            per_queue,
+            vec![2, 2, 2],
+            "threads={threads}: requests per queue"
+        );
+    }
 }
 
 #[test]
@@ -331,4 +360,35 @@ fn adaptive_poll_catches_qd1_requests_without_kicks() {
     assert_eq!(q.requests, 2000);
     assert!(q.poll_hits > 0, "polling never caught a request: {q:?}");
     assert!(q.kicks < 2000, "every request still needed a kick: {q:?}");
+}
+
+#[test]
+fn once_returns_after_the_first_frontend_disconnects() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("once.sock");
+    let mut opts = vmirq_blk::ServerOptions::new(&socket, DiskSpec::Null(1 << 20));
+    opts.once = true;
+    let server = vmirq_blk::Server::new(opts.validate().expect("options")).expect("server");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || tx.send(server.run().is_ok()));
+    for _ in 0..500 {
+        if socket.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let mut c = Client::connect(&socket, 1, 2 * BLOCK).expect("connect");
+    c.buf()[..BLOCK].fill(9);
+    c.read(0, 0, 0, BLOCK, 1);
+    assert_eq!(c.drain(0), vec![(1, 0)]);
+    assert!(
+        c.buf()[..BLOCK].iter().all(|&b| b == 0),
+        "null disk read returned data"
+    );
+    drop(c);
+    let ok = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("server did not exit after the disconnect");
+    assert!(ok);
+    t.join().expect("server thread").expect("result sent");
 }

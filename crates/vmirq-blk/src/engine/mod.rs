@@ -120,6 +120,16 @@ impl QueueEngine {
         self.broken
     }
 
+    /// The driver reset the device: forget a broken state and any held-completion timer.
+    pub fn reset(&mut self) {
+        self.broken = false;
+        self.resume = false;
+        self.sleeping_since = None;
+        if let Err(e) = self.timer.cancel() {
+            tracing::warn!(queue = self.parts.index, error = %e, "cannot cancel hold timer");
+        }
+    }
+
     /// The guest kicked the queue.
     pub fn on_kick(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) {
         QueueCounters::add(&self.parts.counters.kicks, 1);
