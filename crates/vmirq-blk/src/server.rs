@@ -54,6 +54,7 @@ pub struct ServerHandle {
     current: Arc<Mutex<Option<ShutdownHandle>>>,
     counters: Arc<Vec<Arc<QueueCounters>>>,
     connections: Arc<AtomicU64>,
+    serving: Arc<AtomicBool>,
 }
 
 impl ServerHandle {
@@ -74,6 +75,13 @@ impl ServerHandle {
     #[must_use]
     pub fn counters(&self) -> Vec<CounterSnapshot> {
         self.counters.iter().map(|c| c.snapshot()).collect()
+    }
+
+    /// Whether a frontend is attached right now (false again only after its connection is
+    /// fully torn down: worker threads joined, descriptors closed).
+    #[must_use]
+    pub fn serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
     }
 
     /// Frontend connections accepted so far.
@@ -111,6 +119,7 @@ impl Server {
             current: Arc::new(Mutex::new(None)),
             counters: Arc::new(counters),
             connections: Arc::new(AtomicU64::new(0)),
+            serving: Arc::new(AtomicBool::new(false)),
         };
         Ok(Self {
             config,
@@ -168,6 +177,7 @@ impl Server {
             }
         }
         daemon.start(listener).map_err(daemon_error)?;
+        self.handle.serving.store(true, Ordering::Release);
         self.handle.connections.fetch_add(1, Ordering::Relaxed);
         *self
             .handle
@@ -194,6 +204,7 @@ impl Server {
             // epoll fds) are gone now, so nothing else refers to these descriptors.
             unsafe { libc::close(fd) };
         }
+        self.handle.serving.store(false, Ordering::Release);
         Ok(())
     }
 

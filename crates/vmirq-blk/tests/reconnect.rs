@@ -1,0 +1,86 @@
+//! Reconnects: the server serves frontend after frontend on the same socket without leaking
+//! descriptors or threads. Its own test binary, so no other test's threads or fds run in the
+//! process while it counts them.
+#![allow(missing_docs)]
+
+mod common;
+
+use common::client::Client;
+use common::Running;
+use vmirq_blk::DiskSpec;
+
+const BLOCK: usize = 4096;
+
+/// Open file descriptors of this process.
+fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Threads of this process.
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn survives_ten_reconnects_without_leaking_fds_or_threads() {
+    let srv = Running::start(DiskSpec::Ram(4 << 20), |o| o.queues = 2);
+    let mut c = Client::connect(&srv.socket, 2, 8 * BLOCK).expect("connect");
+    c.buf()[..BLOCK].fill(0x77);
+    c.write(0, 0, 0, BLOCK, 1);
+    assert_eq!(c.drain(0), vec![(1, 0)]);
+    drop(c);
+    wait_for_connections(&srv, 1);
+    let (fds, threads) = (fd_count(), thread_count());
+    for i in 0..10 {
+        let mut c = Client::connect(&srv.socket, 2, 8 * BLOCK).expect("reconnect");
+        c.read(1, 0, BLOCK, BLOCK, i);
+        assert_eq!(c.drain(1), vec![(i, 0)]);
+        drop(c);
+        wait_for_connections(&srv, 2 + i as u64);
+    }
+    let mut c = Client::connect(&srv.socket, 2, 8 * BLOCK).expect("final connect");
+    c.read(0, 0, BLOCK, BLOCK, 7);
+    assert_eq!(c.drain(0), vec![(7, 0)]);
+    assert!(
+        c.buf()[BLOCK..2 * BLOCK].iter().all(|&b| b == 0x77),
+        "data lost across reconnects"
+    );
+    drop(c);
+    wait_for_connections(&srv, 12);
+    // Give the server a moment to finish tearing down the last connection.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while (fd_count() > fds || thread_count() > threads) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        fd_count() <= fds,
+        "fd leak: {} before, {} after",
+        fds,
+        fd_count()
+    );
+    assert!(
+        thread_count() <= threads,
+        "thread leak: {} before, {} after",
+        threads,
+        thread_count()
+    );
+    srv.stop();
+}
+
+/// Wait until the server has accepted `n` connections and the last one is torn down.
+fn wait_for_connections(srv: &Running, n: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while (srv.handle.connections() < n || srv.handle.serving())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(
+        !srv.handle.serving(),
+        "connection {n} not torn down within 5 s"
+    );
+}
