@@ -5,7 +5,8 @@ use crate::costs::Costs;
 use crate::host::{Core, GuestConfig, Platform, Vcpu};
 use crate::workload::WorkloadConfig;
 use serde::{Deserialize, Serialize};
-use vmirq_policy::spec::WaitSpec;
+use vmirq_policy::moderation::Moderation;
+use vmirq_policy::spec::{ModerationSpec, WaitSpec};
 
 /// Errors in a model configuration.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,9 @@ pub enum ConfigError {
 pub struct ModelConfig {
     /// Simulated duration in microseconds.
     pub duration_us: u64,
+    /// Warm-up in microseconds: metrics and CPU accounting restart after it.
+    #[serde(default)]
+    pub warmup_us: u64,
     /// Seed (overridden by `--seed`).
     #[serde(default)]
     pub seed: u64,
@@ -42,6 +46,9 @@ pub struct ModelConfig {
     /// Host halt polling wait spec (`never`, `kvm`, `fixed:ns=...`, `histogram`, ...).
     #[serde(default = "default_halt_poll")]
     pub halt_poll: String,
+    /// Completion moderation spec at the virtual device (`none`, `vic`, `dim`, `budget`, ...).
+    #[serde(default = "default_moderation")]
+    pub moderation: String,
     /// Guest haltpoll wait spec, or `off`.
     #[serde(default = "default_off")]
     pub guest_haltpoll: String,
@@ -67,6 +74,9 @@ pub struct ModelConfig {
 fn default_halt_poll() -> String {
     "never".into()
 }
+fn default_moderation() -> String {
+    "none".into()
+}
 fn default_off() -> String {
     "off".into()
 }
@@ -83,6 +93,21 @@ fn wait_spec(field: &'static str, s: &str) -> Result<WaitSpec, ConfigError> {
 }
 
 impl ModelConfig {
+    /// The moderation policy the spec names.
+    ///
+    /// # Errors
+    /// [`ConfigError::Spec`].
+    pub fn moderation_policy(&self) -> Result<Moderation, ConfigError> {
+        self.moderation
+            .parse::<ModerationSpec>()
+            .map(|m| m.build())
+            .map_err(|e| ConfigError::Spec {
+                field: "moderation",
+                spec: self.moderation.clone(),
+                msg: e.to_string(),
+            })
+    }
+
     /// Validate and build the host for `seed`, with `vcpus` vCPUs pinned round-robin.
     ///
     /// # Errors

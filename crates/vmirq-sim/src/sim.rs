@@ -3,7 +3,7 @@
 
 use crate::engine::{EngineError, EngineStats};
 use crate::host::metrics::{summarize, Cat};
-use crate::host::{Core, Ev, Metrics};
+use crate::host::{Core, Ev, Metrics, StorageDev};
 use crate::model::{ConfigError, ModelConfig};
 use crate::workload::Workload;
 use crate::Nanos;
@@ -51,10 +51,24 @@ pub struct RunResult {
 pub fn run(cfg: &ModelConfig, seed: u64, check_every: u64) -> Result<RunResult, SimError> {
     let mut workload = Workload::new(&cfg.workload);
     let mut core = cfg.build_core(seed, workload.vcpus_needed())?;
+    let policy = cfg.moderation_policy()?;
+    if let crate::workload::WorkloadConfig::Storage(c) = &cfg.workload {
+        core.devs
+            .push(StorageDev::new(c.parallelism, c.latency, policy, 0, seed));
+    }
     workload.start(&mut core)?;
-    let end = cfg.duration_us.saturating_mul(1_000);
+    let warm = cfg.warmup_us.saturating_mul(1_000);
+    let end = warm + cfg.duration_us.saturating_mul(1_000);
     let mut n = 0u64;
-    while let Some((_, _, ev)) = core.q.pop_until(end) {
+    let mut warmed = warm == 0;
+    while let Some((t, _, ev)) = core.q.pop_until(end) {
+        if !warmed && t >= warm {
+            warmed = true;
+            core.metrics = Metrics::default();
+            for p in &mut core.pcpus {
+                p.time.reset(warm);
+            }
+        }
         n += 1;
         if n > cfg.max_events {
             return Err(EngineError::EventBudget {
@@ -73,7 +87,7 @@ pub fn run(cfg: &ModelConfig, seed: u64, check_every: u64) -> Result<RunResult, 
             }
         }
     }
-    Ok(collect(core, seed, end))
+    Ok(collect(core, seed, warm, end))
 }
 
 fn step(core: &mut Core, workload: &mut Workload, ev: Ev) -> Result<(), EngineError> {
@@ -95,11 +109,13 @@ fn step(core: &mut Core, workload: &mut Workload, ev: Ev) -> Result<(), EngineEr
         }
         Ev::Wake(v) => core.wake_thread_pub(v),
         Ev::Workload(tag, data) => workload.timer(core, tag, data),
+        Ev::IoDone(d, req) => core.io_done(d, req),
+        Ev::ModTimer(d) => core.mod_timer(d),
     }
 }
 
 #[allow(clippy::cast_precision_loss, reason = "report values")]
-fn collect(core: Core, seed: u64, end: Nanos) -> RunResult {
+fn collect(core: Core, seed: u64, warm: Nanos, end: Nanos) -> RunResult {
     let mut values = BTreeMap::new();
     for (name, s) in &core.metrics.series {
         let m = summarize(s);
@@ -110,7 +126,8 @@ fn collect(core: Core, seed: u64, end: Nanos) -> RunResult {
         values.insert(format!("{name}.p99"), m.p99 as f64);
         values.insert(format!("{name}.max"), m.max as f64);
     }
-    let secs = end as f64 / 1e9;
+    let span = end - warm;
+    let secs = span as f64 / 1e9;
     for (name, &c) in &core.metrics.counters {
         values.insert((*name).to_string(), c as f64);
         values.insert(format!("{name}.per_s"), c as f64 / secs);
@@ -121,7 +138,7 @@ fn collect(core: Core, seed: u64, end: Nanos) -> RunResult {
             *t += x;
         }
     }
-    let all = (end as f64) * core.pcpus.len() as f64;
+    let all = (span as f64) * core.pcpus.len() as f64;
     for c in Cat::ALL {
         values.insert(
             format!("cpu.{}_pct", c.name()),
@@ -130,9 +147,24 @@ fn collect(core: Core, seed: u64, end: Nanos) -> RunResult {
     }
     let busy: u64 = total.iter().sum::<u64>() - total[Cat::Idle as usize];
     values.insert("cpu.busy_pct".into(), 100.0 * busy as f64 / all);
+    if let Some(k) = core.metrics.timeline.get("knob") {
+        let mut d: Vec<i64> = k.iter().map(|p| p.1).collect();
+        values.insert("knob.changes".into(), d.len() as f64);
+        d.sort_unstable();
+        d.dedup();
+        values.insert("knob.distinct".into(), d.len() as f64);
+    }
+    let ios = core.metrics.counter("ios_completed");
+    if ios > 0 {
+        let host = core.metrics.counter("host_io_ns");
+        values.insert("cpu_ns_per_io".into(), (busy + host) as f64 / ios as f64);
+        values.insert("iops".into(), ios as f64 / secs);
+        let irqs = core.metrics.counter("notifications");
+        values.insert("irqs_per_io".into(), irqs as f64 / ios as f64);
+    }
     RunResult {
         seed,
-        duration_ns: end,
+        duration_ns: span,
         engine: core.q.stats(),
         values,
         metrics: core.metrics,

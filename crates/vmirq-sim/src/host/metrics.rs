@@ -59,6 +59,7 @@ impl Cat {
 pub struct CpuTime {
     cat: Cat,
     since: Nanos,
+    origin: Nanos,
     ns: [Nanos; N_CAT],
 }
 
@@ -67,6 +68,7 @@ impl Default for CpuTime {
         Self {
             cat: Cat::Idle,
             since: 0,
+            origin: 0,
             ns: [0; N_CAT],
         }
     }
@@ -78,6 +80,19 @@ impl CpuTime {
         self.ns[self.cat.index()] += now.saturating_sub(self.since);
         self.since = now;
         self.cat = cat;
+    }
+
+    /// Forget everything before `now` (end of warm-up); the current category continues.
+    pub fn reset(&mut self, now: Nanos) {
+        self.ns = [0; N_CAT];
+        self.since = now;
+        self.origin = now;
+    }
+
+    /// Start of the accounted interval.
+    #[must_use]
+    pub fn origin(&self) -> Nanos {
+        self.origin
     }
 
     /// Close the accounting at `now` and return nanoseconds per category.

@@ -8,9 +8,11 @@
 //! shootdowns) can be added as further [`Tag`]s and workload callbacks.
 
 mod cpu;
+pub mod device;
 pub mod metrics;
 mod vcpu;
 
+pub use device::{Latency, Req, StorageDev};
 pub use metrics::{Cat, CpuTime, Metrics};
 pub use vcpu::{GuestConfig, Hook, Idle, Run, Vcpu};
 
@@ -74,6 +76,8 @@ pub enum Tag {
     IrqEntry(Irq),
     /// The guest finished its idle-entry path (timer writes): poll or HLT now.
     IdleEntered,
+    /// The guest's kick exit for a storage request finished: the device has it.
+    IoSubmit(usize, Req),
 }
 
 /// One piece of work a vCPU executes.
@@ -116,6 +120,10 @@ pub enum Ev {
     Wake(VcpuId),
     /// A workload timer with its own tag and data.
     Workload(u32, u64),
+    /// Storage device `0` finished a request.
+    IoDone(usize, Req),
+    /// The moderation timer of storage device `0` fired.
+    ModTimer(usize),
 }
 
 /// A physical CPU.
@@ -155,6 +163,8 @@ pub struct Core {
     pub pcpus: Vec<Pcpu>,
     /// Virtual CPUs.
     pub vcpus: Vec<Vcpu>,
+    /// Storage devices.
+    pub devs: Vec<StorageDev>,
     /// Results.
     pub metrics: Metrics,
     /// Workload randomness.
@@ -180,6 +190,7 @@ impl Core {
             platform,
             pcpus: vec![Pcpu::default(); n_pcpus],
             vcpus,
+            devs: Vec::new(),
             metrics: Metrics::default(),
             rng: Rng::new(seed, 1),
         }
@@ -227,7 +238,7 @@ impl Core {
         }
         for (p, pc) in self.pcpus.iter().enumerate() {
             let sum: u64 = pc.time.totals(now).iter().sum();
-            if sum != now {
+            if sum != now - pc.time.origin() {
                 return Some(format!("pCPU {p} accounts {sum} ns of {now} ns"));
             }
         }

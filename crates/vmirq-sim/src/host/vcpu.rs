@@ -184,6 +184,10 @@ impl Core {
                 self.idle_enter(v)?;
                 Ok(None)
             }
+            Tag::IoSubmit(d, req) => {
+                self.io_submit(d, req)?;
+                Ok(None)
+            }
         }
     }
 

@@ -2,8 +2,10 @@
 //! (a work item it tagged finished, an interrupt reached a guest handler, its own timer).
 
 mod msg;
+mod storage;
 
 pub use msg::{IpiMicro, TcpRr};
+pub use storage::{Storage, StorageConfig};
 
 use crate::host::{Core, Hook, Result};
 use serde::{Deserialize, Serialize};
@@ -24,6 +26,8 @@ pub enum WorkloadConfig {
         /// Guest CPU time per message per side (stack + application), in ns.
         work_ns: u64,
     },
+    /// fio-like storage on vCPU 0 through a moderated virtual storage device.
+    Storage(StorageConfig),
 }
 
 /// A running workload.
@@ -33,6 +37,8 @@ pub enum Workload {
     IpiMicro(IpiMicro),
     /// See [`WorkloadConfig::TcpRr`].
     TcpRr(TcpRr),
+    /// See [`WorkloadConfig::Storage`].
+    Storage(Storage),
 }
 
 impl Workload {
@@ -44,13 +50,17 @@ impl Workload {
                 Workload::IpiMicro(IpiMicro::new(interval_us * 1_000))
             }
             WorkloadConfig::TcpRr { work_ns } => Workload::TcpRr(TcpRr::new(work_ns)),
+            WorkloadConfig::Storage(ref c) => Workload::Storage(Storage::new(c.clone())),
         }
     }
 
     /// vCPUs the workload needs.
     #[must_use]
     pub fn vcpus_needed(&self) -> usize {
-        2
+        match self {
+            Workload::Storage(_) => 1,
+            _ => 2,
+        }
     }
 
     /// Start at time 0.
@@ -61,6 +71,7 @@ impl Workload {
         match self {
             Workload::IpiMicro(w) => w.start(core),
             Workload::TcpRr(w) => w.start(core),
+            Workload::Storage(w) => w.start(core),
         }
     }
 
@@ -72,6 +83,7 @@ impl Workload {
         match self {
             Workload::IpiMicro(w) => w.hook(core, hook),
             Workload::TcpRr(w) => w.hook(core, hook),
+            Workload::Storage(w) => w.hook(core, hook),
         }
     }
 
@@ -80,7 +92,10 @@ impl Workload {
     /// # Errors
     /// Engine errors.
     pub fn timer(&mut self, core: &mut Core, tag: u32, data: u64) -> Result<()> {
-        let _ = (core, tag, data);
-        Ok(())
+        let _ = data;
+        match self {
+            Workload::Storage(w) => w.timer(core, tag),
+            _ => Ok(()),
+        }
     }
 }

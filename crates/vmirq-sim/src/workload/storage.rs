@@ -1,0 +1,169 @@
+//! fio-like storage workload on one vCPU: keep a target number of I/Os outstanding
+//! (steady, or bursty like TPC-C: the target jumps between levels at random times). Each
+//! I/O costs guest CPU to submit (plus the kick exit) and to complete; each interrupt costs
+//! injection, the guest's IDT entry, the ISR and its register-access exits. With a CPU-bound
+//! guest, IOPS is set by how much of that CPU moderation saves.
+
+use crate::host::{Cat, Core, Hook, IrqSrc, Latency, Req, Result, Tag, Work};
+use crate::Nanos;
+use serde::{Deserialize, Serialize};
+use vmirq_policy::moderation::RequestKind;
+
+/// Storage workload parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Outstanding I/Os the application keeps (steady pattern).
+    pub oio: u32,
+    /// Bursty pattern: outstanding-I/O levels to jump between (empty = steady).
+    #[serde(default)]
+    pub burst_oio: Vec<u32>,
+    /// Bursty pattern: mean time at one level, in microseconds.
+    #[serde(default = "default_phase")]
+    pub burst_phase_us: u64,
+    /// Guest CPU per submission (application + stack + driver), ns.
+    pub submit_ns: Nanos,
+    /// Guest CPU per completion (driver + stack + application), ns.
+    pub complete_ns: Nanos,
+    /// Guest ISR fixed cost per interrupt beyond the IDT entry, ns.
+    pub isr_ns: Nanos,
+    /// Register-access exits per interrupt in the ISR (status read, clear, EOI).
+    pub isr_exits: u8,
+    /// Bytes per request.
+    #[serde(default = "default_bytes")]
+    pub bytes: u32,
+    /// Requests the device serves at once.
+    pub parallelism: u32,
+    /// Device service time.
+    pub latency: Latency,
+}
+
+fn default_phase() -> u64 {
+    20_000
+}
+fn default_bytes() -> u32 {
+    4096
+}
+
+const SUBMIT: u32 = 10;
+const COMPLETE: u32 = 11;
+const PHASE: u32 = 12;
+
+/// Running storage workload.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    cfg: StorageConfig,
+    target: u32,
+    outstanding: u32,
+}
+
+impl Storage {
+    /// Build.
+    #[must_use]
+    pub fn new(cfg: StorageConfig) -> Self {
+        let target = cfg.burst_oio.first().copied().unwrap_or(cfg.oio);
+        Self {
+            cfg,
+            target,
+            outstanding: 0,
+        }
+    }
+
+    /// Register-access exit cost (MMIO/PIO emulated in the hypervisor). Assumption: like
+    /// an MSR write, an exit round trip plus ~400 cycles of emulation.
+    fn reg_exit(core: &Core) -> Work {
+        Work {
+            ns: core.costs.exit_roundtrip_ns + core.costs.wrmsr_exit_ns,
+            cat: Cat::Exit,
+            tag: crate::host::Tag::Plain,
+        }
+    }
+
+    fn top_up(&mut self, core: &mut Core) {
+        while self.outstanding < self.target {
+            self.outstanding += 1;
+            core.vcpus[0]
+                .work
+                .push_back(Work::app(self.cfg.submit_ns, SUBMIT));
+        }
+    }
+
+    pub(super) fn start(&mut self, core: &mut Core) -> Result<()> {
+        if !self.cfg.burst_oio.is_empty() {
+            core.q.schedule_in(
+                core.rng.exp_ns(self.cfg.burst_phase_us * 1_000),
+                crate::host::Ev::Workload(PHASE, 0),
+            )?;
+        }
+        self.top_up(core);
+        core.dispatch(0)
+    }
+
+    pub(super) fn timer(&mut self, core: &mut Core, tag: u32) -> Result<()> {
+        if tag == PHASE {
+            let n = self.cfg.burst_oio.len() as u64;
+            let i = usize::try_from(core.rng.below(n)).unwrap_or(0);
+            self.target = self.cfg.burst_oio[i];
+            let now = core.now();
+            core.metrics
+                .point("target_oio", now, i64::from(self.target));
+            core.q.schedule_in(
+                core.rng.exp_ns(self.cfg.burst_phase_us * 1_000),
+                crate::host::Ev::Workload(PHASE, 0),
+            )?;
+            self.top_up(core);
+            core.dispatch(0)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn hook(&mut self, core: &mut Core, hook: Hook) -> Result<()> {
+        let now = core.now();
+        match hook {
+            Hook::App(0, SUBMIT) => {
+                let req = Req {
+                    submitted: now.saturating_sub(self.cfg.submit_ns),
+                    bytes: self.cfg.bytes,
+                    kind: RequestKind::Read,
+                };
+                let kick = Work {
+                    tag: Tag::IoSubmit(0, req),
+                    ..Self::reg_exit(core)
+                };
+                core.vcpus[0].work.push_front(kick);
+                core.metrics.count("exits_io_kick");
+            }
+            Hook::App(0, COMPLETE) => {
+                core.metrics.count("ios_completed");
+                self.outstanding = self.outstanding.saturating_sub(1);
+                self.top_up(core);
+            }
+            Hook::Irq(0, irq) if matches!(irq.src, IrqSrc::Device { .. }) => {
+                core.metrics.count("guest_interrupts");
+                let reqs: Vec<Req> = core.devs[0].ring.drain(..).collect();
+                core.metrics
+                    .sample("completions_per_irq", reqs.len() as u64);
+                for r in &reqs {
+                    core.metrics.sample("io_latency_ns", now - r.submitted);
+                }
+                // ISR first (front), then one completion work item per request.
+                let v = &mut core.vcpus[0];
+                for _ in &reqs {
+                    v.work.push_front(Work::app(self.cfg.complete_ns, COMPLETE));
+                }
+                v.work.push_front(Work {
+                    ns: self.cfg.isr_ns,
+                    cat: Cat::Guest,
+                    tag: Tag::Plain,
+                });
+                for _ in 0..self.cfg.isr_exits {
+                    let e = Self::reg_exit(core);
+                    core.vcpus[0].work.push_front(e);
+                }
+                core.metrics.add("exits_isr", u64::from(self.cfg.isr_exits));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,87 @@
+//! Model-level tests: determinism of whole scenarios, invariants, bounds, config validation.
+
+use vmirq_sim::model::ModelConfig;
+use vmirq_sim::scenario::{parse_set, Scenario};
+use vmirq_sim::sim::{run, SimError};
+
+fn load(name: &str, sets: &[&str]) -> Scenario {
+    let path = format!("{}/../../scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).expect("readable");
+    let sets: Vec<_> = sets.iter().map(|s| parse_set(s).expect("set")).collect();
+    Scenario::parse(&text, &sets).expect("parses")
+}
+
+#[test]
+fn same_seed_gives_bit_identical_results_and_other_seeds_differ() {
+    for name in ["kvm_wakeup", "vic_storage"] {
+        let sc = load(name, &["duration_us=20000", "warmup_us=0"]);
+        let a = sc.run(Some(5), 0).expect("run");
+        let b = sc.run(Some(5), 0).expect("run");
+        let c = sc.run(Some(6), 0).expect("run");
+        for ((la, ra), (_, rb)) in a.iter().zip(&b) {
+            let bits = |r: &vmirq_sim::sim::RunResult| {
+                r.values
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_bits()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(ra), bits(rb), "{name}/{la} not deterministic");
+            assert_eq!(ra.metrics, rb.metrics);
+        }
+        assert!(
+            a.iter()
+                .zip(&c)
+                .any(|((_, x), (_, y))| x.metrics != y.metrics),
+            "{name}: seed has no effect"
+        );
+    }
+}
+
+#[test]
+fn invariants_hold_throughout_every_bundled_run() {
+    // check_every = 1: no vCPU on two pCPUs, every running vCPU is its pCPU's current
+    // thread, and per-pCPU time categories add up to elapsed time, after every event.
+    for name in ["kvm_wakeup", "vic_storage"] {
+        let sc = load(name, &["duration_us=3000", "warmup_us=0"]);
+        sc.run(None, 1).expect("invariants hold");
+    }
+}
+
+#[test]
+fn event_budget_bounds_a_run() {
+    let sc = load("kvm_wakeup", &["duration_us=100000", "max_events=500"]);
+    let (_, cfg) = sc
+        .runs
+        .iter()
+        .find(|(l, _)| l == "rr-kvm-sleep")
+        .expect("run");
+    assert!(matches!(run(cfg, 1, 0), Err(SimError::Engine(_))));
+}
+
+#[test]
+fn bad_configs_are_rejected_at_the_boundary() {
+    let base =
+        "duration_us = 1000\npcpus = 2\n[workload]\nkind = \"ipi-micro\"\ninterval_us = 100\n";
+    let ok: ModelConfig = toml::from_str(base).expect("valid");
+    assert!(run(&ok, 1, 0).is_ok());
+    let bad_spec: ModelConfig =
+        toml::from_str(&format!("halt_poll = \"bogus\"\n{base}")).expect("shape ok");
+    assert!(matches!(run(&bad_spec, 1, 0), Err(SimError::Config(_))));
+    assert!(
+        toml::from_str::<ModelConfig>(&format!("nonsense = 1\n{base}")).is_err(),
+        "unknown keys rejected"
+    );
+    let zero: ModelConfig =
+        toml::from_str(&base.replace("pcpus = 2", "pcpus = 0")).expect("shape ok");
+    assert!(run(&zero, 1, 0).is_err());
+}
+
+#[test]
+fn overrides_and_references_are_validated() {
+    assert!(parse_set("noequals").is_err());
+    assert!(parse_set("=3").is_err());
+    let (k, v) = parse_set("workload.oio=8").expect("valid");
+    assert_eq!((k.as_str(), v.as_integer()), ("workload.oio", Some(8)));
+    let text = "name='x'\ntitle='t'\n[model]\nduration_us=10\npcpus=1\n[model.workload]\nkind='ipi-micro'\ninterval_us=1\n[[checks]]\nname='c'\npublished=1.0\nunit='us'\nrun='missing'\nmetric='m'\n";
+    assert!(Scenario::parse(text, &[]).is_err());
+}
