@@ -34,7 +34,7 @@ impl QueueEngine {
         let mut ios = Vec::new();
         let queue = ring.queue_mut();
         let mut last = Decision::Idle;
-        let mut notify = false;
+        let mut notify_at_submit = false;
         for chain in queue.iter(mem)? {
             let head = chain.head_index();
             let slot = match request::parse(head, chain, mem, &self.parts.geometry) {
@@ -43,10 +43,13 @@ impl QueueEngine {
             };
             slots.push(slot);
             last = self.parts.moderation.on_event(now_ns(), Event::Submit);
-            notify |= last == Decision::Notify;
+            notify_at_submit |= last == Decision::Notify;
         }
         if slots.is_empty() {
             return Ok(0);
+        }
+        if notify_at_submit {
+            self.notify(ring, mem)?;
         }
         self.parts.io.execute(&mut ios);
         for slot in &mut slots {
@@ -63,9 +66,15 @@ impl QueueEngine {
                 .parts
                 .moderation
                 .on_event(now_ns(), Event::Complete(slot.meta));
-            notify |= last == Decision::Notify;
+            // Signal as soon as the policy says so: the driver can start reaping (and
+            // resubmitting) while the rest of the batch completes. EVENT_IDX suppresses
+            // signals the driver has not asked for yet.
+            if last == Decision::Notify {
+                self.notify(ring, mem)?;
+            }
         }
-        self.apply(last, notify, ring, mem)?;
+        // The timer follows the batch's last decision (one timerfd update per batch).
+        self.apply(last, false, ring, mem)?;
         Ok(slots.len())
     }
 

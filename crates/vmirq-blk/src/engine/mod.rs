@@ -3,8 +3,8 @@
 //! On a kick it drains the available ring in batches (notifications disabled while it works,
 //! the usual virtio pattern), hands each batch to the storage backend, puts the completions
 //! in the used ring and feeds every submission and completion to the queue's moderation
-//! policy. The policy's decision is executed at the end of the batch: signal the guest
-//! (subject to EVENT_IDX), arm the hold timer, or cancel it. Then the wait policy decides
+//! policy. A `Notify` decision signals the guest at once (subject to EVENT_IDX); the hold
+//! timer follows the batch's last decision (armed for `Hold`, cancelled otherwise). Then the wait policy decides
 //! whether to poll the available ring (bounded by its window) before going back to epoll.
 //!
 //! The engine does not know about vhost-user: it works on a [`Ring`] (a `Queue` and a way to
@@ -200,6 +200,17 @@ impl QueueEngine {
         Ok(())
     }
 
+    /// Signal the driver unless EVENT_IDX says it does not want a signal yet.
+    fn notify(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<(), EngineError> {
+        if ring.queue_mut().needs_notification(mem)? {
+            ring.signal()?;
+            QueueCounters::add(&self.parts.counters.notifications, 1);
+        } else {
+            QueueCounters::add(&self.parts.counters.suppressed, 1);
+        }
+        Ok(())
+    }
+
     /// Execute a moderation decision. `notify` is true when some decision of the batch asked
     /// for a notification.
     fn apply(
@@ -210,12 +221,7 @@ impl QueueEngine {
         mem: &GuestMemoryMmap,
     ) -> Result<(), EngineError> {
         if notify {
-            if ring.queue_mut().needs_notification(mem)? {
-                ring.signal()?;
-                QueueCounters::add(&self.parts.counters.notifications, 1);
-            } else {
-                QueueCounters::add(&self.parts.counters.suppressed, 1);
-            }
+            self.notify(ring, mem)?;
         }
         match last {
             Decision::Hold { deadline } if !self.resume => self.timer.arm(deadline)?,
