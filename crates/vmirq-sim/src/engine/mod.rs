@@ -1,10 +1,11 @@
 //! The event engine: a single-threaded discrete-event scheduler with integer-nanosecond time.
 //!
-//! Pending events live in a slab; a binary heap orders `(time, sequence, slot, generation)`
-//! keys. Ties in time are broken by the insertion sequence, so the order of events never
+//! Pending events live in a slab; a binary heap orders 16-byte keys `(time, sequence << 22
+//! | slot)`. Ties in time are broken by the insertion sequence, so the order of events never
 //! depends on anything but the order they were scheduled in. Cancelling an event (for
-//! example a timer that is re-armed) frees its slab slot and bumps the slot's generation;
-//! the heap key stays behind and is dropped when it surfaces (lazy cancellation). The heap
+//! example a timer that is re-armed) empties its slab slot; the slot stores the sequence
+//! number of its event, which acts as its generation: a heap key whose sequence no longer
+//! matches is stale and is dropped when it surfaces (lazy cancellation). The heap
 //! is compacted when stale keys outnumber live ones, so memory stays bounded.
 
 mod queue;

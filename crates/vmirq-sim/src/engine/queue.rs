@@ -10,21 +10,40 @@ use std::collections::BinaryHeap;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventId {
     slot: u32,
-    gen: u32,
+    seq: u64,
 }
 
+/// Bits of the heap key's second word that hold the slab slot; the rest hold the sequence.
+const SLOT_BITS: u32 = 22;
+/// Most slots (live events) a queue can have.
+pub const MAX_PENDING: usize = 1 << SLOT_BITS;
+
+/// A heap key of 16 bytes: time, then `seq << SLOT_BITS | slot`. Ordering by the pair orders
+/// by time and then by scheduling order (sequence numbers are unique). The sequence also
+/// identifies the event: a key whose sequence differs from its slot's is stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Key {
     time: Nanos,
-    seq: u64,
-    slot: u32,
-    gen: u32,
+    tie: u64,
+}
+
+impl Key {
+    fn slot(self) -> u32 {
+        // Masked to SLOT_BITS bits, fits u32.
+        #[allow(clippy::cast_possible_truncation, reason = "masked to 22 bits")]
+        let s = (self.tie & ((1 << SLOT_BITS) - 1)) as u32;
+        s
+    }
+
+    fn seq(self) -> u64 {
+        self.tie >> SLOT_BITS
+    }
 }
 
 impl Ord for Key {
     fn cmp(&self, other: &Self) -> Ordering {
         // Reversed: BinaryHeap is a max-heap and we want the earliest (time, seq) on top.
-        (other.time, other.seq).cmp(&(self.time, self.seq))
+        (other.time, other.tie).cmp(&(self.time, self.tie))
     }
 }
 
@@ -36,7 +55,8 @@ impl PartialOrd for Key {
 
 #[derive(Debug)]
 struct Slot<E> {
-    gen: u32,
+    /// Sequence number of the event in the slot (the slot's generation).
+    seq: u64,
     event: Option<E>,
 }
 
@@ -54,9 +74,11 @@ pub struct EventQueue<E> {
 }
 
 impl<E> EventQueue<E> {
-    /// An empty queue at time 0 that refuses to hold more than `limit` live events.
+    /// An empty queue at time 0 that refuses to hold more than `limit` live events
+    /// (at most [`MAX_PENDING`]).
     #[must_use]
     pub fn new(limit: usize) -> Self {
+        let limit = limit.min(MAX_PENDING);
         Self {
             now: 0,
             seq: 0,
@@ -104,25 +126,24 @@ impl<E> EventQueue<E> {
                 let s = u32::try_from(self.slab.len())
                     .map_err(|_| EngineError::TooManyPending { limit: self.limit })?;
                 self.slab.push(Slot {
-                    gen: 0,
+                    seq: u64::MAX,
                     event: None,
                 });
                 s
             }
         };
+        let seq = self.seq;
+        self.seq += 1;
         let entry = &mut self.slab[slot as usize];
         entry.event = Some(event);
-        let gen = entry.gen;
+        entry.seq = seq;
         self.heap.push(Key {
             time: at,
-            seq: self.seq,
-            slot,
-            gen,
+            tie: seq << SLOT_BITS | u64::from(slot),
         });
-        self.seq += 1;
         self.live += 1;
         self.stats.pending_max = self.stats.pending_max.max(self.live);
-        Ok(EventId { slot, gen })
+        Ok(EventId { slot, seq })
     }
 
     /// Schedule `event` `delay` nanoseconds from now.
@@ -138,11 +159,11 @@ impl<E> EventQueue<E> {
         let Some(entry) = self.slab.get_mut(id.slot as usize) else {
             return false;
         };
-        if entry.gen != id.gen || entry.event.is_none() {
+        if entry.seq != id.seq || entry.event.is_none() {
             return false;
         }
         entry.event = None;
-        entry.gen = entry.gen.wrapping_add(1);
+        entry.seq = u64::MAX;
         self.free.push(id.slot);
         self.live -= 1;
         self.stats.cancelled += 1;
@@ -158,26 +179,20 @@ impl<E> EventQueue<E> {
                 return None;
             }
             self.heap.pop();
-            let entry = &mut self.slab[key.slot as usize];
-            if entry.gen != key.gen {
-                continue; // cancelled: the slot moved on
+            let (slot, seq) = (key.slot(), key.seq());
+            let entry = &mut self.slab[slot as usize];
+            if entry.seq != seq {
+                continue; // cancelled: the slot is empty or holds a newer event
             }
             let Some(event) = entry.event.take() else {
                 continue;
             };
-            entry.gen = entry.gen.wrapping_add(1);
-            self.free.push(key.slot);
+            entry.seq = u64::MAX;
+            self.free.push(slot);
             self.live -= 1;
             self.now = key.time;
             self.stats.delivered += 1;
-            return Some((
-                key.time,
-                EventId {
-                    slot: key.slot,
-                    gen: key.gen,
-                },
-                event,
-            ));
+            return Some((key.time, EventId { slot, seq }, event));
         }
         None
     }
@@ -190,8 +205,8 @@ impl<E> EventQueue<E> {
         }
         let slab = &self.slab;
         self.heap.retain(|k| {
-            let e = &slab[k.slot as usize];
-            e.gen == k.gen && e.event.is_some()
+            let e = &slab[k.slot() as usize];
+            e.seq == k.seq() && e.event.is_some()
         });
     }
 }
