@@ -23,15 +23,22 @@ impl Progress for Quiet {
     }
 }
 
-/// The `vmirq` binary: $VMIRQ_BIN, or the one in this test's target directory.
+/// The `vmirq` binary: $VMIRQ_BIN, or one built in this test's target directory (debug or
+/// release).
 fn vmirq_bin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("VMIRQ_BIN") {
         return Some(PathBuf::from(p));
     }
     let exe = std::env::current_exe().ok()?;
     let profile_dir = exe.parent()?.parent()?; // target/<profile>/deps/e2e-* -> target/<profile>
-    let candidate = profile_dir.join("vmirq");
-    candidate.is_file().then_some(candidate)
+    let target_dir = profile_dir.parent()?;
+    [
+        profile_dir.join("vmirq"),
+        target_dir.join("debug/vmirq"),
+        target_dir.join("release/vmirq"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 fn options(no_vmirq: bool, exe: PathBuf) -> Options {

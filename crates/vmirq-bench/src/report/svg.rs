@@ -5,6 +5,10 @@ use std::fmt::Write;
 
 const W: f64 = 640.0;
 const H: f64 = 300.0;
+/// Bottom margin of bar charts, room for slanted category labels.
+const BAR_BOTTOM: f64 = 110.0;
+/// Horizontal room per bar in a bar chart.
+const BAR_PX: f64 = 7.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 170.0;
 const TOP: f64 = 30.0;
@@ -52,6 +56,9 @@ struct Frame {
     x1: f64,
     y1: f64,
     log_x: bool,
+    w: f64,
+    h: f64,
+    bottom: f64,
 }
 
 impl Frame {
@@ -66,19 +73,20 @@ impl Frame {
             (self.x0, self.x1, x)
         };
         let span = if b > a { b - a } else { 1.0 };
-        LEFT + (v - a) / span * (W - LEFT - RIGHT)
+        LEFT + (v - a) / span * (self.w - LEFT - RIGHT)
     }
 
     fn fy(&self, y: f64) -> f64 {
         let span = if self.y1 > 0.0 { self.y1 } else { 1.0 };
-        H - BOTTOM - (y / span).clamp(0.0, 1.05) * (H - TOP - BOTTOM)
+        self.h - self.bottom - (y / span).clamp(0.0, 1.05) * (self.h - TOP - self.bottom)
     }
 }
 
-fn open(out: &mut String, title: &str, x_label: &str, y_label: &str) {
+fn open(out: &mut String, f: &Frame, title: &str, x_label: &str, y_label: &str) {
+    let (w, h) = (f.w, f.h);
     let _ = write!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" font-family="sans-serif" font-size="11">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
     );
     let _ = write!(
         out,
@@ -89,14 +97,14 @@ fn open(out: &mut String, title: &str, x_label: &str, y_label: &str) {
     let _ = write!(
         out,
         r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-        (LEFT + W - RIGHT) / 2.0,
-        H - 8.0,
+        (LEFT + f.w - RIGHT) / 2.0,
+        f.h - 8.0,
         escape(x_label)
     );
     let _ = write!(
         out,
         r#"<text transform="translate(14,{}) rotate(-90)" text-anchor="middle">{}</text>"#,
-        (TOP + H - BOTTOM) / 2.0,
+        (TOP + f.h - f.bottom) / 2.0,
         escape(y_label)
     );
 }
@@ -108,7 +116,7 @@ fn y_axis(out: &mut String, f: &Frame) {
         let _ = write!(
             out,
             r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
-            W - RIGHT
+            f.w - RIGHT
         );
         let _ = write!(
             out,
@@ -120,20 +128,20 @@ fn y_axis(out: &mut String, f: &Frame) {
     }
 }
 
-fn legend(out: &mut String, names: &[&str]) {
+fn legend(out: &mut String, f: &Frame, names: &[&str]) {
     for (i, name) in names.iter().enumerate() {
         let y = TOP + 14.0 * crate::stats::as_f64(i as u64);
         let c = COLORS[i % COLORS.len()];
         let _ = write!(
             out,
             r#"<rect x="{}" y="{:.1}" width="10" height="10" fill="{c}"/>"#,
-            W - RIGHT + 10.0,
+            f.w - RIGHT + 10.0,
             y
         );
         let _ = write!(
             out,
             r#"<text x="{}" y="{:.1}">{}</text>"#,
-            W - RIGHT + 24.0,
+            f.w - RIGHT + 24.0,
             y + 9.0,
             escape(name)
         );
@@ -195,16 +203,19 @@ pub fn line_chart(
         x1,
         y1: nice_max(y1),
         log_x,
+        w: W,
+        h: H,
+        bottom: BOTTOM,
     };
     let mut out = String::new();
-    open(&mut out, title, x_label, y_label);
+    open(&mut out, &f, title, x_label, y_label);
     y_axis(&mut out, &f);
     for x in &x_ticks(series, x0, x1, log_x) {
         let _ = write!(
             out,
             r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
             f.fx(*x),
-            H - BOTTOM + 14.0,
+            f.h - f.bottom + 14.0,
             tick(*x)
         );
     }
@@ -231,6 +242,7 @@ pub fn line_chart(
     }
     legend(
         &mut out,
+        &f,
         &series.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
     );
     out.push_str("</svg>");
@@ -252,25 +264,29 @@ pub fn bar_chart(
         .copied()
         .filter(|v| v.is_finite())
         .fold(0.0, f64::max);
+    let bars = crate::stats::as_f64((categories.len() * (names.len() + 1)).max(1) as u64);
     let f = Frame {
         x0: 0.0,
         x1: 1.0,
         y1: nice_max(y1),
         log_x: false,
+        w: W.max(LEFT + RIGHT + bars * BAR_PX),
+        h: H + BAR_BOTTOM - BOTTOM,
+        bottom: BAR_BOTTOM,
     };
     let mut out = String::new();
-    open(&mut out, title, "", y_label);
+    open(&mut out, &f, title, "", y_label);
     y_axis(&mut out, &f);
     let groups = crate::stats::as_f64(categories.len().max(1) as u64);
-    let group_w = (W - LEFT - RIGHT) / groups;
+    let group_w = (f.w - LEFT - RIGHT) / groups;
     let bar_w = group_w * 0.8 / crate::stats::as_f64(names.len().max(1) as u64);
     for (ci, cat) in categories.iter().enumerate() {
         let gx = LEFT + group_w * crate::stats::as_f64(ci as u64);
         let _ = write!(
             out,
-            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            r#"<text transform="translate({:.1},{:.1}) rotate(-35)" text-anchor="end">{}</text>"#,
             gx + group_w / 2.0,
-            H - BOTTOM + 14.0,
+            f.h - f.bottom + 12.0,
             escape(cat)
         );
         for (si, row) in values.iter().enumerate() {
@@ -285,7 +301,7 @@ pub fn bar_chart(
                 out,
                 r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{c}"><title>{}: {}</title></rect>"#,
                 bar_w.max(1.0),
-                (H - BOTTOM - y).max(0.0),
+                (f.h - f.bottom - y).max(0.0),
                 escape(&names[si.min(names.len().saturating_sub(1))]),
                 tick(v)
             );
@@ -293,6 +309,7 @@ pub fn bar_chart(
     }
     legend(
         &mut out,
+        &f,
         &names.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     out.push_str("</svg>");
