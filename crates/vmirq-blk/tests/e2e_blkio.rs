@@ -114,6 +114,25 @@ fn image_file_backend_write_read_back_and_flush() {
         write_read_verify(&mut c, 22, 128, 32);
         c.flush(0, 99);
         assert_eq!(c.drain(0), vec![(99, 0)], "flush");
+        // DISCARD and WRITE_ZEROES on the file (punch hole / zero range), read back as zeroes.
+        c.buf()[..4 * BLOCK].fill(0x3C);
+        c.write(0, 0, 0, 4 * BLOCK, 1);
+        assert_eq!(c.drain(0), vec![(1, 0)]);
+        c.discard(0, 0, BLOCK as u64, 2);
+        assert_eq!(c.drain(0), vec![(2, 0)]);
+        c.write_zeroes(0, BLOCK as u64, BLOCK as u64, 3);
+        assert_eq!(c.drain(0), vec![(3, 0)]);
+        c.read(0, 0, 4 * BLOCK, 4 * BLOCK, 4);
+        assert_eq!(c.drain(0), vec![(4, 0)]);
+        let back = c.buf()[4 * BLOCK..8 * BLOCK].to_vec();
+        assert!(
+            back[..2 * BLOCK].iter().all(|&b| b == 0),
+            "{spec}: discarded/zeroed file range"
+        );
+        assert!(
+            back[2 * BLOCK..].iter().all(|&b| b == 0x3C),
+            "{spec}: untouched file range"
+        );
         drop(c);
         srv.stop();
     }
@@ -277,21 +296,39 @@ fn metrics_endpoint_serves_prometheus_counters() {
     srv.stop();
 }
 
-#[test]
-fn adaptive_poll_catches_qd1_requests_without_kicks() {
-    let poll = "kvm:max_ns=200000".parse().expect("spec");
+/// QD 1 reads; returns the server's counters.
+fn qd1_reads(poll: &str, n: usize) -> vmirq_blk::counters::CounterSnapshot {
+    let poll = poll.parse().expect("spec");
     let srv = Running::start(DiskSpec::Ram(1 << 20), |o| o.poll = poll);
     let mut c = Client::connect(&srv.socket, 1, 4 * BLOCK).expect("connect");
-    for i in 0..2000 {
+    for i in 0..n {
         c.read(0, 0, 0, BLOCK, i);
         assert_eq!(c.drain(0), vec![(i, 0)]);
     }
     drop(c);
     let q = srv.handle.counters()[0];
     srv.stop();
-    assert_eq!(q.requests, 2000);
-    assert!(q.poll_hits > 0, "polling never caught a request: {q:?}");
-    assert!(q.kicks < 2000, "every request still needed a kick: {q:?}");
+    assert_eq!(q.requests, n as u64);
+    q
+}
+
+#[test]
+fn adaptive_poll_runs_only_when_a_poll_policy_is_set() {
+    let never = qd1_reads("never", 1000);
+    let kvm = qd1_reads("kvm:max_ns=200000", 1000);
+    assert_eq!(
+        never.poll_hits + never.poll_misses,
+        0,
+        "`never` polled: {never:?}"
+    );
+    assert!(
+        kvm.poll_hits + kvm.poll_misses > 0,
+        "kvm policy never polled: {kvm:?}"
+    );
+    assert!(
+        kvm.kicks * 2 < never.kicks,
+        "polling did not save kicks: never {never:?}, kvm {kvm:?}"
+    );
 }
 
 #[test]

@@ -69,8 +69,10 @@ impl QueueEngine {
             // Signal as soon as the policy says so: the driver can start reaping (and
             // resubmitting) while the rest of the batch completes. EVENT_IDX suppresses
             // signals the driver has not asked for yet.
-            if last == Decision::Notify {
-                self.notify(ring, mem)?;
+            match last {
+                Decision::Notify => self.notify(ring, mem)?,
+                Decision::Hold { .. } => QueueCounters::add(&self.parts.counters.held, 1),
+                Decision::Idle => {}
             }
         }
         // The timer follows the batch's last decision (one timerfd update per batch).
