@@ -44,6 +44,9 @@ pub struct Costs {
     /// seeds.md §2: hardware median 1,200 cycles. This is an *input* for bare-metal runs,
     /// so the bare-metal wakeup check is a consistency check, not a prediction.
     pub native_ipi_wakeup_ns: Nanos,
+    /// Bare metal: interrupt delivery through the IDT to a running (or polling) CPU.
+    /// Assumption: ~300 cycles; not measured here.
+    pub native_irq_entry_ns: Nanos,
     /// Bare metal: one local APIC timer (TSC deadline) MSR write. Assumption: ~100 cycles
     /// for a non-serializing-in-practice local WRMSR; not measured here.
     pub native_msr_ns: Nanos,
@@ -70,6 +73,7 @@ impl Default for Costs {
             vm_entry_ns: snb_cycles(3_400),
             guest_irq_entry_ns: snb_cycles(1_400),
             native_ipi_wakeup_ns: snb_cycles(1_200),
+            native_irq_entry_ns: snb_cycles(300),
             native_msr_ns: snb_cycles(100),
             poll_notice_ns: 100,
             context_switch_ns: snb_cycles(4_250),

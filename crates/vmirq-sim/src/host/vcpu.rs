@@ -311,8 +311,13 @@ impl Core {
     /// Deliver an interrupt to `v`; `sender` is the vCPU that sent it (it pays the kick).
     pub fn deliver(&mut self, v: VcpuId, irq: Irq, sender: Option<VcpuId>) -> Result<()> {
         self.metrics.count("irqs_delivered");
+        let entry_ns = if self.bare() {
+            self.costs.native_irq_entry_ns
+        } else {
+            self.costs.guest_irq_entry_ns
+        };
         let entry = Work {
-            ns: self.costs.guest_irq_entry_ns,
+            ns: entry_ns,
             cat: Cat::Guest,
             tag: Tag::IrqEntry(irq),
         };
@@ -430,6 +435,8 @@ impl Core {
             return Ok(());
         }
         self.metrics.count("ipis_sent");
+        // The sender may be in the middle of a long item (a polling loop): it sends now.
+        self.preempt_work(from);
         let (ns, cat) = if self.bare() {
             (self.costs.native_msr_ns, Cat::Guest)
         } else {
@@ -450,7 +457,7 @@ impl Core {
             };
             self.vcpus[from].work.insert(1, back);
         }
-        Ok(())
+        self.dispatch(from)
     }
 
     /// A polling-flag wakeup became visible to the guest-polling vCPU.

@@ -2,9 +2,11 @@
 //! (a work item it tagged finished, an interrupt reached a guest handler, its own timer).
 
 mod msg;
+mod sidecore;
 mod storage;
 
 pub use msg::{IpiMicro, TcpRr};
+pub use sidecore::{PathMode, Ping, PingConfig, SyncWrite, SyncWriteConfig};
 pub use storage::{Storage, StorageConfig};
 
 use crate::host::{Core, Hook, Result};
@@ -28,6 +30,10 @@ pub enum WorkloadConfig {
     },
     /// fio-like storage on vCPU 0 through a moderated virtual storage device.
     Storage(StorageConfig),
+    /// External ping flood answered by vCPU 0.
+    Ping(PingConfig),
+    /// Synchronous writes from vCPU 0 through an exit-based or polling block path.
+    SyncWrite(SyncWriteConfig),
 }
 
 /// A running workload.
@@ -39,6 +45,10 @@ pub enum Workload {
     TcpRr(TcpRr),
     /// See [`WorkloadConfig::Storage`].
     Storage(Storage),
+    /// See [`WorkloadConfig::Ping`].
+    Ping(Ping),
+    /// See [`WorkloadConfig::SyncWrite`].
+    SyncWrite(SyncWrite),
 }
 
 impl Workload {
@@ -51,6 +61,8 @@ impl Workload {
             }
             WorkloadConfig::TcpRr { work_ns } => Workload::TcpRr(TcpRr::new(work_ns)),
             WorkloadConfig::Storage(ref c) => Workload::Storage(Storage::new(c.clone())),
+            WorkloadConfig::Ping(ref c) => Workload::Ping(Ping::new(c.clone())),
+            WorkloadConfig::SyncWrite(ref c) => Workload::SyncWrite(SyncWrite::new(c.clone())),
         }
     }
 
@@ -58,7 +70,7 @@ impl Workload {
     #[must_use]
     pub fn vcpus_needed(&self) -> usize {
         match self {
-            Workload::Storage(_) => 1,
+            Workload::Storage(_) | Workload::Ping(_) => 1,
             _ => 2,
         }
     }
@@ -72,6 +84,8 @@ impl Workload {
             Workload::IpiMicro(w) => w.start(core),
             Workload::TcpRr(w) => w.start(core),
             Workload::Storage(w) => w.start(core),
+            Workload::Ping(w) => w.start(core),
+            Workload::SyncWrite(w) => w.start(core),
         }
     }
 
@@ -84,6 +98,8 @@ impl Workload {
             Workload::IpiMicro(w) => w.hook(core, hook),
             Workload::TcpRr(w) => w.hook(core, hook),
             Workload::Storage(w) => w.hook(core, hook),
+            Workload::Ping(w) => w.hook(core, hook),
+            Workload::SyncWrite(w) => w.hook(core, hook),
         }
     }
 
@@ -95,6 +111,8 @@ impl Workload {
         let _ = data;
         match self {
             Workload::Storage(w) => w.timer(core, tag),
+            Workload::Ping(w) => w.timer(core, tag),
+            Workload::SyncWrite(w) => w.timer(core, tag),
             _ => Ok(()),
         }
     }

@@ -1,0 +1,218 @@
+//! Dedicated-core polling workloads (IBM, FAST 2012): an external ping flood answered by
+//! the guest, and 4 KiB synchronous writes through a virtio-like block path whose host
+//! side is either an I/O thread woken by exits and answering with interrupts, or a pair of
+//! polling threads (guest and host, each on its own core) with no exits and no interrupts.
+
+use crate::host::{Cat, Core, Ev, Hook, Irq, IrqSrc, Result, Work};
+use crate::Nanos;
+use serde::{Deserialize, Serialize};
+
+/// Ping-flood parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PingConfig {
+    /// Round trip outside the server (client, wire, NIC), in ns: an input derived from the
+    /// published bare-metal-with-polling latency.
+    pub outside_ns: Nanos,
+    /// Guest CPU to answer one echo request (driver + ICMP), ns.
+    pub guest_ns: Nanos,
+}
+
+/// How the block path between guest and host signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathMode {
+    /// Guest kicks (exit), host I/O thread wakes, completion by virtual interrupt.
+    Exits,
+    /// Host polling thread sees submissions, guest polling thread (vCPU 1) sees completions.
+    Polling,
+}
+
+/// Synchronous-write parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncWriteConfig {
+    /// Signalling of the block path.
+    pub mode: PathMode,
+    /// Guest CPU per write before the request is on the ring (app + fs + block + driver), ns.
+    pub submit_ns: Nanos,
+    /// Guest CPU per completion (driver + block + wakeup of the writer), ns.
+    pub complete_ns: Nanos,
+    /// Host controller processing per request, ns.
+    pub host_ns: Nanos,
+    /// Storage service time (controller cache / NVRAM), ns.
+    pub device_ns: Nanos,
+}
+
+const ARRIVE: u32 = 20;
+const INJECT: u32 = 21;
+const REPLY: u32 = 22;
+const SUBMIT: u32 = 30;
+const HOST_START: u32 = 31;
+const HOST_DONE: u32 = 32;
+const GUEST_SEEN: u32 = 33;
+const DONE: u32 = 34;
+
+fn device_irq(core: &Core) -> Irq {
+    Irq {
+        src: IrqSrc::Device { queue: 0 },
+        sent: core.now(),
+    }
+}
+
+/// Running ping flood.
+#[derive(Debug, Clone)]
+pub struct Ping {
+    cfg: PingConfig,
+    arrived: Nanos,
+}
+
+impl Ping {
+    /// Build.
+    #[must_use]
+    pub fn new(cfg: PingConfig) -> Self {
+        Self { cfg, arrived: 0 }
+    }
+
+    pub(super) fn start(&mut self, core: &mut Core) -> Result<()> {
+        core.q
+            .schedule_in(self.cfg.outside_ns / 2, Ev::Workload(ARRIVE, 0))?;
+        core.dispatch(0)
+    }
+
+    pub(super) fn timer(&mut self, core: &mut Core, tag: u32) -> Result<()> {
+        match tag {
+            ARRIVE => {
+                self.arrived = core.now();
+                if core.bare() {
+                    core.deliver(0, device_irq(core), None)?;
+                } else {
+                    // The assigned NIC interrupts the host first, which injects it.
+                    core.q
+                        .schedule_in(core.costs.host_irq_ns, Ev::Workload(INJECT, 0))?;
+                }
+            }
+            INJECT => core.deliver(0, device_irq(core), None)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn hook(&mut self, core: &mut Core, hook: Hook) -> Result<()> {
+        match hook {
+            Hook::Irq(0, _) => core.vcpus[0]
+                .work
+                .push_back(Work::app(self.cfg.guest_ns, REPLY)),
+            Hook::App(0, REPLY) => {
+                let rtt = core.now() - self.arrived + self.cfg.outside_ns;
+                core.metrics.sample("ping_rtt_ns", rtt);
+                core.q
+                    .schedule_in(self.cfg.outside_ns, Ev::Workload(ARRIVE, 0))?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Running synchronous writer (vCPU 0) with the block path of `mode`.
+#[derive(Debug, Clone)]
+pub struct SyncWrite {
+    cfg: SyncWriteConfig,
+    started: Nanos,
+}
+
+impl SyncWrite {
+    /// Build.
+    #[must_use]
+    pub fn new(cfg: SyncWriteConfig) -> Self {
+        Self { cfg, started: 0 }
+    }
+
+    pub(super) fn start(&mut self, core: &mut Core) -> Result<()> {
+        core.vcpus[0]
+            .work
+            .push_back(Work::app(self.cfg.submit_ns, SUBMIT));
+        if self.cfg.mode == PathMode::Polling && core.vcpus.len() > 1 {
+            // The guest polling thread owns vCPU 1 for the whole run.
+            core.vcpus[1].work.push_back(Work {
+                ns: Nanos::MAX / 4,
+                cat: Cat::Poll,
+                tag: crate::host::Tag::Plain,
+            });
+        }
+        core.dispatch(0)?;
+        core.dispatch(1)
+    }
+
+    fn signal_ns(&self, core: &Core, sleeping_thread: bool) -> Nanos {
+        if self.cfg.mode == PathMode::Polling {
+            core.costs.poll_notice_ns
+        } else if sleeping_thread {
+            // ioeventfd signal wakes the host I/O thread: kick plus scheduler wakeup.
+            core.costs.kick_ns + core.costs.sched_wakeup_ns
+        } else {
+            0
+        }
+    }
+
+    pub(super) fn timer(&mut self, core: &mut Core, tag: u32) -> Result<()> {
+        match tag {
+            HOST_START => {
+                core.metrics.add("host_io_ns", self.cfg.host_ns);
+                core.q.schedule_in(
+                    self.cfg.host_ns + self.cfg.device_ns,
+                    Ev::Workload(HOST_DONE, 0),
+                )?;
+            }
+            HOST_DONE if self.cfg.mode == PathMode::Polling => {
+                core.q
+                    .schedule_in(core.costs.poll_notice_ns, Ev::Workload(GUEST_SEEN, 0))?;
+            }
+            HOST_DONE => core.deliver(0, device_irq(core), None)?,
+            GUEST_SEEN => core.send_ipi(1, 0, IrqSrc::Resched { from: 1 })?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn hook(&mut self, core: &mut Core, hook: Hook) -> Result<()> {
+        match hook {
+            Hook::App(0, SUBMIT) => {
+                self.started = core.now() - self.cfg.submit_ns;
+                core.metrics.count("writes");
+                let bare = core.bare();
+                if self.cfg.mode == PathMode::Exits {
+                    // Doorbell: an exit in a VM (ioeventfd), a posted MMIO write on bare metal.
+                    let ns = if bare {
+                        core.costs.native_msr_ns
+                    } else {
+                        core.costs.exit_roundtrip_ns + core.costs.wrmsr_exit_ns
+                    };
+                    let cat = if bare { Cat::Guest } else { Cat::Exit };
+                    core.vcpus[0].work.push_front(Work {
+                        ns,
+                        cat,
+                        tag: crate::host::Tag::Plain,
+                    });
+                }
+                // On bare metal the controller is reached directly; in a VM the host side
+                // has to notice: a sleeping I/O thread wakes, or the polling thread sees it.
+                let d = if bare { 0 } else { self.signal_ns(core, true) };
+                core.q.schedule_in(d, Ev::Workload(HOST_START, 0))?;
+            }
+            Hook::Irq(0, _) => core.vcpus[0]
+                .work
+                .push_back(Work::app(self.cfg.complete_ns, DONE)),
+            Hook::App(0, DONE) => {
+                core.metrics
+                    .sample("write_latency_ns", core.now() - self.started);
+                core.vcpus[0]
+                    .work
+                    .push_back(Work::app(self.cfg.submit_ns, SUBMIT));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
