@@ -188,7 +188,10 @@ impl Server {
             daemon.request_shutdown();
         }
         match daemon.wait() {
-            Ok(()) => tracing::info!("frontend disconnected"),
+            Ok(())
+            | Err(vhost_user_backend::Error::HandleRequest(
+                vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
+            )) => tracing::info!("frontend disconnected"),
             Err(e) => tracing::warn!(error = %e, "frontend connection ended with an error"),
         }
         *self

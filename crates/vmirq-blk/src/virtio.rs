@@ -120,19 +120,26 @@ impl BlkConfig {
         b
     }
 
-    /// The bytes `offset .. offset + size` of the configuration space; empty when the range
-    /// is not inside it (the frontend then gets an error reply).
+    /// The bytes `offset .. offset + size` of the configuration space. Bytes past the 60
+    /// defined here read as zero (newer frontends ask for a longer `virtio_blk_config` whose
+    /// extra fields belong to features this device does not offer). Empty, which makes the
+    /// frontend get an error reply, when the range leaves the 256-byte vhost-user limit.
     #[must_use]
     pub fn read(&self, offset: u32, size: u32) -> Vec<u8> {
         let bytes = self.to_bytes();
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         let len = usize::try_from(size).unwrap_or(usize::MAX);
         match start.checked_add(len) {
-            Some(end) if end <= CONFIG_LEN => bytes[start..end].to_vec(),
+            Some(end) if end <= MAX_CONFIG_READ => (start..end)
+                .map(|i| bytes.get(i).copied().unwrap_or(0))
+                .collect(),
             _ => Vec::new(),
         }
     }
 }
+
+/// Largest configuration-space read a frontend may ask for (vhost-user's limit).
+pub const MAX_CONFIG_READ: usize = 256;
 
 fn put(buf: &mut [u8; CONFIG_LEN], at: usize, bytes: &[u8]) {
     buf[at..at + bytes.len()].copy_from_slice(bytes);
@@ -165,7 +172,7 @@ mod tests {
     }
 
     #[test]
-    fn config_read_rejects_ranges_outside_the_space() {
+    fn config_read_pads_longer_reads_and_rejects_ranges_past_the_limit() {
         let c = BlkConfig {
             capacity_sectors: 8,
             seg_max: 1,
@@ -174,9 +181,14 @@ mod tests {
             max_discard_sectors: 0,
             max_write_zeroes_sectors: 0,
         };
-        assert_eq!(c.read(0, 60).len(), 60);
+        assert_eq!(c.read(0, 60), c.to_bytes().to_vec());
         assert_eq!(c.read(0, 8), 8u64.to_le_bytes().to_vec());
-        assert!(c.read(56, 8).is_empty());
+        // A longer (newer) virtio_blk_config: the tail reads as zero.
+        let long = c.read(0, 96);
+        assert_eq!(long.len(), 96);
+        assert_eq!(&long[..60], &c.to_bytes()[..]);
+        assert!(long[60..].iter().all(|&b| b == 0));
+        assert!(c.read(200, 100).is_empty());
         assert!(c.read(u32::MAX, 2).is_empty());
     }
 }

@@ -96,6 +96,9 @@ impl UringQueue {
                     IoKind::Read | IoKind::Write => u64::try_from(res).ok() == Some(io.len),
                     _ => res >= 0,
                 };
+                if !io.ok {
+                    tracing::warn!(kind = ?io.kind, offset = io.offset, len = io.len, res, "io_uring operation failed or was short");
+                }
                 // A short transfer (rare on regular files) is finished synchronously.
                 if !io.ok && res >= 0 {
                     io.ok = run_sync(self.file.as_raw_fd(), io).is_ok();

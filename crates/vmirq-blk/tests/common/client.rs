@@ -38,7 +38,16 @@ impl Client {
         let mut blkio = Blkio::new("virtio-blk-vhost-user")?;
         blkio.set_str("path", &socket.display().to_string())?;
         blkio.set_bool("read-only", read_only)?;
-        blkio.connect()?;
+        // The socket file appears at bind(), a moment before listen(): a connect in between
+        // is refused. Retry that case briefly (bounded).
+        let mut tries = 0;
+        while let Err(e) = blkio.connect() {
+            tries += 1;
+            if e.errno() != blkio::Errno::CONNREFUSED || tries > 200 {
+                return Err(e);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         blkio.set_i32("num-queues", i32::try_from(queues).unwrap_or(1))?;
         let outcome = blkio.start()?;
         let region = blkio.alloc_mem_region(buf_len)?;
