@@ -1,7 +1,6 @@
 //! A driver-side mock guest for tests, fuzzing and benches (feature `test-utils`).
 //!
-//! It owns real guest memory with a split virtqueue laid out by virtio-queue's
-//! `MockSplitQueue`, writes descriptor tables and the available ring the way a driver does
+//! It owns real guest memory with a split virtqueue, writes descriptor tables and the available ring the way a driver does
 //! (including hostile shapes: loops, bad indices, wrong directions, addresses outside
 //! memory), and reads the used ring back. A [`QueueEngine`] is driven against it directly,
 //! without vhost-user, so every check runs in microseconds.
@@ -11,7 +10,6 @@ use crate::virtio::HEADER_LEN;
 use std::cell::Cell;
 use std::io;
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
-use virtio_queue::mock::MockSplitQueue;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -106,16 +104,29 @@ impl MockGuest {
             ),
         ])
         .expect("guest memory");
-        let (desc_table, avail, used, mut queue) = {
-            let mock = MockSplitQueue::create(&mem, GuestAddress(0), size);
-            let queue: Queue = mock.create_queue().expect("queue");
-            (
-                mock.desc_table_addr(),
-                mock.avail_addr(),
-                mock.used_addr(),
-                queue,
-            )
-        };
+        // Ring layout: descriptor table at 0, available ring right after it, used ring after
+        // the available ring (4-byte aligned). virtio-queue's MockSplitQueue is not used for
+        // the layout: its `SplitQueueRing::end()` adds the element count instead of the byte
+        // size, so its used ring overlaps the upper half of the available ring (found by
+        // tests/random_chains.rs).
+        let desc_table = GuestAddress(0);
+        let avail = GuestAddress(16 * u64::from(size));
+        let used = GuestAddress((avail.0 + 6 + 2 * u64::from(size)).next_multiple_of(4));
+        let ring_bytes = used.0 + 6 + 8 * u64::from(size);
+        let zeros = vec![0u8; usize::try_from(ring_bytes).expect("ring size")];
+        mem.write_slice(&zeros, desc_table).expect("zero rings");
+        let mut queue = Queue::new(size).expect("queue");
+        queue.set_size(size);
+        queue
+            .try_set_desc_table_address(desc_table)
+            .expect("desc table address");
+        queue
+            .try_set_avail_ring_address(avail)
+            .expect("avail ring address");
+        queue
+            .try_set_used_ring_address(used)
+            .expect("used ring address");
+        queue.set_ready(true);
         queue.set_event_idx(event_idx);
         let ring = MockRing {
             queue,
