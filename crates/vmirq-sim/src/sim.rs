@@ -3,9 +3,9 @@
 
 use crate::engine::{EngineError, EngineStats};
 use crate::host::metrics::{summarize, Cat};
-use crate::host::{Core, Ev, Metrics, StorageDev};
+use crate::host::{Core, Ev, Metrics, NicDev, StorageDev};
 use crate::model::{ConfigError, ModelConfig};
-use crate::workload::Workload;
+use crate::workload::{Workload, WorkloadConfig};
 use crate::Nanos;
 use std::collections::BTreeMap;
 
@@ -52,9 +52,13 @@ pub fn run(cfg: &ModelConfig, seed: u64, check_every: u64) -> Result<RunResult, 
     let mut workload = Workload::new(&cfg.workload);
     let mut core = cfg.build_core(seed, workload.vcpus_needed())?;
     let policy = cfg.moderation_policy()?;
-    if let crate::workload::WorkloadConfig::Storage(c) = &cfg.workload {
-        core.devs
-            .push(StorageDev::new(c.parallelism, c.latency, policy, 0, seed));
+    match &cfg.workload {
+        WorkloadConfig::Storage(c) => {
+            let dev = StorageDev::new(c.parallelism, c.latency, policy, 0, seed);
+            core.devs.push(dev);
+        }
+        WorkloadConfig::NetRx(_) => core.nics.push(NicDev::new(policy, 0)),
+        _ => {}
     }
     workload.start(&mut core)?;
     let warm = cfg.warmup_us.saturating_mul(1_000);
@@ -111,6 +115,7 @@ fn step(core: &mut Core, workload: &mut Workload, ev: Ev) -> Result<(), EngineEr
         Ev::Workload(tag, data) => workload.timer(core, tag, data),
         Ev::IoDone(d, req) => core.io_done(d, req),
         Ev::ModTimer(d) => core.mod_timer(d),
+        Ev::NicTimer(q) => core.nic_timer(q),
     }
 }
 
@@ -147,12 +152,18 @@ fn collect(core: Core, seed: u64, warm: Nanos, end: Nanos) -> RunResult {
     }
     let busy: u64 = total.iter().sum::<u64>() - total[Cat::Idle as usize];
     values.insert("cpu.busy_pct".into(), 100.0 * busy as f64 / all);
+    let work = busy - total[Cat::Poll as usize];
+    values.insert("cpu.work_pct".into(), 100.0 * work as f64 / all);
     if let Some(k) = core.metrics.timeline.get("knob") {
         let mut d: Vec<i64> = k.iter().map(|p| p.1).collect();
         values.insert("knob.changes".into(), d.len() as f64);
         d.sort_unstable();
         d.dedup();
         values.insert("knob.distinct".into(), d.len() as f64);
+    }
+    let rx = core.metrics.counter("rx_bytes");
+    if rx > 0 {
+        values.insert("rx_gbps".into(), rx as f64 * 8.0 / secs / 1e9);
     }
     let ios = core.metrics.counter("ios_completed");
     if ios > 0 {

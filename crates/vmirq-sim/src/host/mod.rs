@@ -10,10 +10,12 @@
 mod cpu;
 pub mod device;
 pub mod metrics;
+pub mod nic;
 mod vcpu;
 
 pub use device::{Latency, Req, StorageDev};
 pub use metrics::{Cat, CpuTime, Metrics};
+pub use nic::{NicDev, Pkt};
 pub use vcpu::{GuestConfig, Hook, Idle, Run, Vcpu};
 
 use crate::costs::Costs;
@@ -124,6 +126,8 @@ pub enum Ev {
     IoDone(usize, Req),
     /// The moderation timer of storage device `0` fired.
     ModTimer(usize),
+    /// The moderation timer of NIC queue `0` fired.
+    NicTimer(usize),
 }
 
 /// A physical CPU.
@@ -165,6 +169,8 @@ pub struct Core {
     pub vcpus: Vec<Vcpu>,
     /// Storage devices.
     pub devs: Vec<StorageDev>,
+    /// NIC receive queues.
+    pub nics: Vec<NicDev>,
     /// Results.
     pub metrics: Metrics,
     /// Workload randomness.
@@ -191,6 +197,7 @@ impl Core {
             pcpus: vec![Pcpu::default(); n_pcpus],
             vcpus,
             devs: Vec::new(),
+            nics: Vec::new(),
             metrics: Metrics::default(),
             rng: Rng::new(seed, 1),
         }

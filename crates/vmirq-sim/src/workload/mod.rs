@@ -2,10 +2,12 @@
 //! (a work item it tagged finished, an interrupt reached a guest handler, its own timer).
 
 mod msg;
+mod net;
 mod sidecore;
 mod storage;
 
 pub use msg::{IpiMicro, TcpRr};
+pub use net::{NetRx, NetRxConfig};
 pub use sidecore::{PathMode, Ping, PingConfig, SyncWrite, SyncWriteConfig};
 pub use storage::{Storage, StorageConfig};
 
@@ -34,6 +36,8 @@ pub enum WorkloadConfig {
     Ping(PingConfig),
     /// Synchronous writes from vCPU 0 through an exit-based or polling block path.
     SyncWrite(SyncWriteConfig),
+    /// Network receive (bulk stream and/or short messages) on vCPU 0.
+    NetRx(NetRxConfig),
 }
 
 /// A running workload.
@@ -49,6 +53,8 @@ pub enum Workload {
     Ping(Ping),
     /// See [`WorkloadConfig::SyncWrite`].
     SyncWrite(SyncWrite),
+    /// See [`WorkloadConfig::NetRx`].
+    NetRx(NetRx),
 }
 
 impl Workload {
@@ -63,6 +69,7 @@ impl Workload {
             WorkloadConfig::Storage(ref c) => Workload::Storage(Storage::new(c.clone())),
             WorkloadConfig::Ping(ref c) => Workload::Ping(Ping::new(c.clone())),
             WorkloadConfig::SyncWrite(ref c) => Workload::SyncWrite(SyncWrite::new(c.clone())),
+            WorkloadConfig::NetRx(ref c) => Workload::NetRx(NetRx::new(c.clone())),
         }
     }
 
@@ -70,7 +77,7 @@ impl Workload {
     #[must_use]
     pub fn vcpus_needed(&self) -> usize {
         match self {
-            Workload::Storage(_) | Workload::Ping(_) => 1,
+            Workload::Storage(_) | Workload::Ping(_) | Workload::NetRx(_) => 1,
             _ => 2,
         }
     }
@@ -86,6 +93,7 @@ impl Workload {
             Workload::Storage(w) => w.start(core),
             Workload::Ping(w) => w.start(core),
             Workload::SyncWrite(w) => w.start(core),
+            Workload::NetRx(w) => w.start(core),
         }
     }
 
@@ -100,6 +108,7 @@ impl Workload {
             Workload::Storage(w) => w.hook(core, hook),
             Workload::Ping(w) => w.hook(core, hook),
             Workload::SyncWrite(w) => w.hook(core, hook),
+            Workload::NetRx(w) => w.hook(core, hook),
         }
     }
 
@@ -113,6 +122,7 @@ impl Workload {
             Workload::Storage(w) => w.timer(core, tag),
             Workload::Ping(w) => w.timer(core, tag),
             Workload::SyncWrite(w) => w.timer(core, tag),
+            Workload::NetRx(w) => w.timer(core, tag),
             _ => Ok(()),
         }
     }

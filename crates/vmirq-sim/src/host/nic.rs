@@ -1,0 +1,140 @@
+//! A NIC receive queue (virtio-net / vDPA RX) with posted buffers and a completion
+//! moderation policy at the device (hypervisor-side or device-offloaded DIM). While the
+//! guest's NAPI poll runs it suppresses interrupts (as virtio-net does), so the policy's
+//! notifications during NAPI are not delivered.
+
+use super::{Core, Ev, Irq, IrqSrc, Result, VcpuId};
+use crate::engine::Timer;
+use crate::Nanos;
+use std::collections::VecDeque;
+use vmirq_policy::moderation::{
+    CompletionMeta, Decision, Event, Knob, Moderation, Moderator, RequestKind,
+};
+
+/// One received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pkt {
+    /// Arrival at the device.
+    pub arrived: Nanos,
+    /// Bytes.
+    pub bytes: u32,
+    /// Part of a short request/response message (latency-sensitive).
+    pub short: bool,
+}
+
+/// A NIC RX queue.
+#[derive(Debug, Clone)]
+pub struct NicDev {
+    /// Moderation policy at the device.
+    pub policy: Moderation,
+    /// vCPU that handles the queue.
+    pub vcpu: VcpuId,
+    /// Received packets not yet taken by the guest.
+    pub ring: VecDeque<Pkt>,
+    /// Guest NAPI is polling: interrupts are suppressed.
+    pub suppressed: bool,
+    /// RX buffers the guest has posted.
+    pub posted: u32,
+    timer: Timer,
+    last_knob: Option<i64>,
+}
+
+impl NicDev {
+    /// A queue with `buffers` posted RX buffers.
+    #[must_use]
+    pub fn new(policy: Moderation, vcpu: VcpuId) -> Self {
+        Self {
+            policy,
+            vcpu,
+            ring: VecDeque::new(),
+            suppressed: false,
+            posted: 0,
+            timer: Timer::default(),
+            last_knob: None,
+        }
+    }
+}
+
+impl Core {
+    /// The guest posts `n` RX buffers on NIC queue `q`.
+    pub fn nic_refill(&mut self, q: usize, n: u32) {
+        let now = self.now();
+        let nic = &mut self.nics[q];
+        nic.posted += n;
+        for _ in 0..n {
+            let _ = nic.policy.on_event(now, Event::Submit);
+        }
+    }
+
+    /// A packet arrives at NIC queue `q`.
+    pub fn nic_rx(&mut self, q: usize, pkt: Pkt) -> Result<()> {
+        let now = self.now();
+        if self.nics[q].posted == 0 {
+            self.metrics.count("rx_drops");
+            return Ok(());
+        }
+        self.nics[q].posted -= 1;
+        self.nics[q].ring.push_back(pkt);
+        let mut meta = CompletionMeta::new(RequestKind::Read, pkt.bytes);
+        if pkt.short {
+            meta = meta.with(CompletionMeta::SYNC);
+        }
+        let dec = self.nics[q].policy.on_event(now, Event::Complete(meta));
+        self.nic_knob(q);
+        self.nic_apply(q, dec)
+    }
+
+    /// The moderation timer of queue `q` fired.
+    pub fn nic_timer(&mut self, q: usize) -> Result<()> {
+        let now = self.now();
+        self.nics[q].timer.fired();
+        let dec = self.nics[q].policy.on_event(now, Event::Timer);
+        self.nic_apply(q, dec)
+    }
+
+    fn nic_knob(&mut self, q: usize) {
+        let now = self.now();
+        let v = match self.nics[q].policy.knob() {
+            Knob::Profile { usecs, .. } => i64::from(usecs),
+            Knob::Budget { batch_cap, .. } => i64::from(batch_cap),
+            Knob::Ratio { deliver, of, .. } => i64::from(deliver) * 1000 / i64::from(of.max(1)),
+            Knob::Gap { ns } => i64::try_from(ns).unwrap_or(i64::MAX),
+            Knob::Fixed => return,
+        };
+        if self.nics[q].last_knob != Some(v) {
+            self.nics[q].last_knob = Some(v);
+            self.metrics.point("knob", now, v);
+        }
+    }
+
+    fn nic_apply(&mut self, q: usize, dec: Decision) -> Result<()> {
+        let now = self.now();
+        let mut timer = self.nics[q].timer;
+        match dec {
+            Decision::Notify => {
+                timer.cancel(&mut self.q);
+                if self.nics[q].suppressed {
+                    self.metrics.count("nic_irqs_suppressed");
+                } else {
+                    self.metrics.count("nic_irqs");
+                    let v = self.nics[q].vcpu;
+                    let queue = u16::try_from(q).unwrap_or(u16::MAX);
+                    self.deliver(
+                        v,
+                        Irq {
+                            src: IrqSrc::Device { queue },
+                            sent: now,
+                        },
+                        None,
+                    )?;
+                }
+            }
+            Decision::Hold { deadline } => {
+                timer.arm(&mut self.q, deadline.max(now), Ev::NicTimer(q))?
+            }
+            Decision::Idle => timer.cancel(&mut self.q),
+        }
+        self.nics[q].timer = timer;
+        Ok(())
+    }
+}
