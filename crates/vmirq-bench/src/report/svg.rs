@@ -13,9 +13,9 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 170.0;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 45.0;
-const COLORS: [&str; 10] = [
+const COLORS: [&str; 14] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
+    "#bcbd22", "#17becf", "#393b79", "#ad494a", "#637939", "#e7969c",
 ];
 
 /// One named series of (x, y) points.
