@@ -137,14 +137,13 @@ impl ModelConfig {
             .map(|i| Vcpu::new(i % self.pcpus, guest, host))
             .collect();
         let mut core = Core::new(self.costs, self.platform, self.pcpus, vs, seed);
-        for v in 0..vcpus.min(self.pcpus) {
-            core.pcpus[v].current = Some(v);
+        if vcpus > self.pcpus && self.platform == Platform::Bare {
+            return Err(ConfigError::Range(format!(
+                "bare metal needs one pCPU per CPU: {vcpus} CPUs on {} pCPUs",
+                self.pcpus
+            )));
         }
-        for v in self.pcpus..vcpus {
-            let p = v % self.pcpus;
-            core.vcpus[v].run = crate::host::Run::Blocked;
-            let _ = p;
-        }
+        core.place_threads();
         Ok(core)
     }
 }

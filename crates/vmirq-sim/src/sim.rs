@@ -60,6 +60,7 @@ pub fn run(cfg: &ModelConfig, seed: u64, check_every: u64) -> Result<RunResult, 
         WorkloadConfig::NetRx(_) => core.nics.push(NicDev::new(policy, 0)),
         _ => {}
     }
+    core.start_scheduler()?;
     workload.start(&mut core)?;
     let warm = cfg.warmup_us.saturating_mul(1_000);
     let end = warm + cfg.duration_us.saturating_mul(1_000);

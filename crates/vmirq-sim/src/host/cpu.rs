@@ -75,6 +75,14 @@ impl Core {
                     self.vcpus[c].poll = t;
                     self.metrics.count("host_poll_yields");
                     self.block(c)
+                } else if self.vcpus[c].run == Run::OnCpu {
+                    // Wakeup preemption: a thread that slept has little CPU time on its
+                    // account (CFS vruntime), so it preempts the running one at once.
+                    self.preempt_thread(c);
+                    self.pcpus[p].runq.push_back(c);
+                    self.pcpus[p].current = None;
+                    self.metrics.count("wakeup_preemptions");
+                    self.switch_next(p)
                 } else {
                     self.arm_slice(p)
                 }
@@ -119,5 +127,33 @@ impl Core {
     /// Engine errors.
     pub fn wake_thread_pub(&mut self, v: VcpuId) -> Result<()> {
         self.wake_thread(v)
+    }
+}
+
+impl Core {
+    /// Initial placement: the first thread pinned to each pCPU runs, the others wait in
+    /// its run queue (runnable) and the timeslice timers are armed at the first event.
+    pub(crate) fn place_threads(&mut self) {
+        for v in 0..self.vcpus.len() {
+            let p = self.vcpus[v].pcpu;
+            if self.pcpus[p].current.is_none() {
+                self.pcpus[p].current = Some(v);
+            } else {
+                self.vcpus[v].run = Run::Queued;
+                self.vcpus[v].preempted = true;
+                self.pcpus[p].runq.push_back(v);
+            }
+        }
+    }
+
+    /// Arm the timeslice timers of pCPUs that start with waiting threads.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn start_scheduler(&mut self) -> Result<()> {
+        for p in 0..self.pcpus.len() {
+            self.arm_slice(p)?;
+        }
+        Ok(())
     }
 }
