@@ -19,6 +19,7 @@ impl DiskFile {
     /// # Errors
     /// The file cannot be created or written.
     pub fn create(dir: &Path, size: u64) -> Result<Self> {
+        remove_stale(dir);
         let path = dir.join(format!("vmirq-bench-{}.img", std::process::id()));
         let io = |source| BenchError::File {
             path: path.clone(),
@@ -50,6 +51,29 @@ impl DiskFile {
     }
 }
 
+/// Remove images left by bench processes that no longer exist (killed before their drop ran):
+/// each holds hundreds of MiB of memory in `/dev/shm`.
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("vmirq-bench-"))
+            .and_then(|n| n.strip_suffix(".img"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            tracing::info!(path = %entry.path().display(), "removing a stale bench disk image");
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 impl Drop for DiskFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
@@ -59,6 +83,22 @@ impl Drop for DiskFile {
 #[cfg(test)]
 mod tests {
     use super::DiskFile;
+
+    #[test]
+    fn stale_images_of_dead_processes_are_removed() {
+        let dir = std::env::temp_dir().join(format!("vmirq-bench-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // pid_max is at most 2^22, so this pid cannot exist.
+        let dead = dir.join("vmirq-bench-4999999.img");
+        let unrelated = dir.join("other.img");
+        std::fs::write(&dead, b"x").expect("write");
+        std::fs::write(&unrelated, b"x").expect("write");
+        let disk = DiskFile::create(&dir, 4096).expect("create");
+        assert!(!dead.exists(), "stale image kept");
+        assert!(unrelated.exists() && disk.path().exists());
+        drop(disk);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn creates_full_size_and_removes_on_drop() {
