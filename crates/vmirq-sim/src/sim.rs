@@ -155,12 +155,12 @@ fn collect(core: Core, seed: u64, warm: Nanos, end: Nanos) -> RunResult {
     values.insert("cpu.busy_pct".into(), 100.0 * busy as f64 / all);
     let work = busy - total[Cat::Poll as usize];
     values.insert("cpu.work_pct".into(), 100.0 * work as f64 / all);
-    if let Some(k) = core.metrics.timeline.get("knob") {
+    for (name, k) in &core.metrics.timeline {
         let mut d: Vec<i64> = k.iter().map(|p| p.1).collect();
-        values.insert("knob.changes".into(), d.len() as f64);
+        values.insert(format!("{name}.changes"), d.len() as f64);
         d.sort_unstable();
         d.dedup();
-        values.insert("knob.distinct".into(), d.len() as f64);
+        values.insert(format!("{name}.distinct"), d.len() as f64);
     }
     let rx = core.metrics.counter("rx_bytes");
     if rx > 0 {

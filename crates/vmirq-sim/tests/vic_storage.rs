@@ -34,8 +34,8 @@ fn vic_ratio_adapts_to_bursty_outstanding_io() {
         &["duration_us=200000", "workload.burst_phase_us=5000"],
     );
     // R follows CIF: several distinct ratios, changing many times.
-    assert!(value(&r, "vic-bursty", "knob.distinct") >= 4.0);
-    assert!(value(&r, "vic-bursty", "knob.changes") >= 20.0);
+    assert!(value(&r, "vic-bursty", "vic_ratio_permille.distinct") >= 4.0);
+    assert!(value(&r, "vic-bursty", "vic_ratio_permille.changes") >= 20.0);
 }
 
 #[test]

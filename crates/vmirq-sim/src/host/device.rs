@@ -156,26 +156,27 @@ impl Core {
     /// Record the policy's knob when it changes (e.g. the vIC ratio over time).
     fn record_knob(&mut self, d: usize) {
         let now = self.now();
-        let v = match self.devs[d].policy.knob() {
+        let (name, v) = match self.devs[d].policy.knob() {
             Knob::Ratio {
                 deliver,
                 of,
                 active,
             } => {
-                if active {
+                let r = if active {
                     i64::from(deliver) * 1000 / i64::from(of.max(1))
                 } else {
                     1000
-                }
+                };
+                ("vic_ratio_permille", r)
             }
-            Knob::Profile { usecs, .. } => i64::from(usecs),
-            Knob::Gap { ns } => i64::try_from(ns).unwrap_or(i64::MAX),
-            Knob::Budget { batch_cap, .. } => i64::from(batch_cap),
+            Knob::Profile { usecs, .. } => ("dim_usecs", i64::from(usecs)),
+            Knob::Gap { ns } => ("gap_ns", i64::try_from(ns).unwrap_or(i64::MAX)),
+            Knob::Budget { batch_cap, .. } => ("budget_batch_cap", i64::from(batch_cap)),
             Knob::Fixed => return,
         };
         if self.devs[d].last_knob != Some(v) {
             self.devs[d].last_knob = Some(v);
-            self.metrics.point("knob", now, v);
+            self.metrics.point(name, now, v);
         }
     }
 

@@ -94,16 +94,19 @@ impl Core {
 
     fn nic_knob(&mut self, q: usize) {
         let now = self.now();
-        let v = match self.nics[q].policy.knob() {
-            Knob::Profile { usecs, .. } => i64::from(usecs),
-            Knob::Budget { batch_cap, .. } => i64::from(batch_cap),
-            Knob::Ratio { deliver, of, .. } => i64::from(deliver) * 1000 / i64::from(of.max(1)),
-            Knob::Gap { ns } => i64::try_from(ns).unwrap_or(i64::MAX),
+        let (name, v) = match self.nics[q].policy.knob() {
+            Knob::Profile { usecs, .. } => ("dim_usecs", i64::from(usecs)),
+            Knob::Budget { batch_cap, .. } => ("budget_batch_cap", i64::from(batch_cap)),
+            Knob::Ratio { deliver, of, .. } => (
+                "vic_ratio_permille",
+                i64::from(deliver) * 1000 / i64::from(of.max(1)),
+            ),
+            Knob::Gap { ns } => ("gap_ns", i64::try_from(ns).unwrap_or(i64::MAX)),
             Knob::Fixed => return,
         };
         if self.nics[q].last_knob != Some(v) {
             self.nics[q].last_knob = Some(v);
-            self.metrics.point("knob", now, v);
+            self.metrics.point(name, now, v);
         }
     }
 
