@@ -55,7 +55,8 @@ pub mod mailbox {
 }
 
 /// I/O ports the guest programs use to talk to the VMM (all exit to userspace unless a test
-/// registers an ioeventfd on them).
+/// registers an ioeventfd on them). Chosen clear of the ports KVM's in-kernel irqchip
+/// emulates (PIC 0x20/0x21/0xa0/0xa1, PIT 0x40-0x43, ELCR 0x4d0/0x4d1).
 pub mod port {
     /// The guest finished setup and is about to wait (data: 0).
     pub const READY: u16 = 0x10;
@@ -66,11 +67,11 @@ pub mod port {
     /// The IPI sender asks the VMM when to send next (`in`: 0 = send, 1 = stop).
     pub const GO: u16 = 0x13;
     /// Port used for exit-cost loops that exit to userspace.
-    pub const PIO_USER: u16 = 0x20;
+    pub const PIO_USER: u16 = 0x30;
     /// Port used for exit-cost loops with an ioeventfd registered (handled in the kernel).
-    pub const PIO_EVENTFD: u16 = 0x21;
+    pub const PIO_EVENTFD: u16 = 0x31;
     /// Doorbell of the moderated device (ioeventfd).
-    pub const DOORBELL: u16 = 0x22;
+    pub const DOORBELL: u16 = 0x32;
 }
 
 /// Interrupt vector used for device/IPI wakeups.

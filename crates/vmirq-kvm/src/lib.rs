@@ -6,18 +6,24 @@
 //! - [`wake`]: wake latency of a halted vCPU by irqfd/MSI or x2APIC IPI, swept over KVM's
 //!   per-VM halt-poll window, with KVM's own statistics ([`stats`]).
 //!
+//! - [`exits`]: per-exit costs, written as a [`costs::CostsFile`] for the simulator.
+//!
 //! Every entry point returns [`Error::Unavailable`] when `/dev/kvm` cannot be used.
 
+pub mod costs;
 pub mod dist;
 pub mod error;
+pub mod exits;
 pub mod guest;
 pub mod host;
 pub mod layout;
 pub mod longmode;
 pub mod memory;
+pub mod report;
 pub mod runner;
 pub mod stats;
 pub mod vm;
 pub mod wake;
+pub mod watchdog;
 
 pub use error::{Error, Result};

@@ -3,7 +3,9 @@
 
 use crate::error::{Error, Result};
 use crate::layout::port;
+use crate::watchdog::Watchdog;
 use kvm_ioctls::{VcpuExit, VcpuFd};
+use std::time::Duration;
 
 /// What the caller wants after an exit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,8 +16,9 @@ pub enum Next {
     Stop,
 }
 
-/// Run `vcpu` until the guest writes [`port::DONE`], at most `max_exits` exits.
-/// Returns the number of exits to userspace seen.
+/// Run `vcpu` until the guest writes [`port::DONE`], at most `max_exits` exits and at most
+/// `timeout` of wall time (enforced by a [`Watchdog`] even while the vCPU is inside the
+/// kernel). Returns the number of exits to userspace seen.
 ///
 /// # Errors
 /// [`Error::Guest`] on a guest exception, shutdown, failed entry or an exit the caller
@@ -23,12 +26,19 @@ pub enum Next {
 pub fn run_until_done(
     vcpu: &mut VcpuFd,
     max_exits: u64,
+    timeout: Duration,
     mut on_exit: impl FnMut(VcpuExit<'_>) -> Result<Next>,
 ) -> Result<u64> {
+    let watchdog = Watchdog::arm(timeout);
     for count in 1..=max_exits {
         let exit = match vcpu.run() {
             Ok(exit) => exit,
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                if watchdog.fired() {
+                    return Err(Error::Timeout("the guest (vCPU stuck without exits)"));
+                }
+                continue;
+            }
             Err(e) => return Err(Error::kvm("KVM_RUN")(e)),
         };
         match exit {

@@ -3,6 +3,7 @@
 
 use std::sync::Mutex;
 use std::time::Duration;
+use vmirq_kvm::guest::wake::Idle;
 use vmirq_kvm::host::TscClock;
 use vmirq_kvm::wake::{run_cell, CellConfig, Path, Placement};
 
@@ -27,6 +28,7 @@ fn cell(path: Path, halt_poll_ns: u64) -> CellConfig {
         interval_ns: 50_000,
         samples: 60,
         warmup: 10,
+        idle: Idle::Halt,
     }
 }
 

@@ -11,7 +11,8 @@ use crate::layout::{mailbox, port, WAKE_VECTOR};
 use iced_x86::code_asm::{eax, ecx, edx, qword_ptr, r15, rax, rdx};
 
 /// How the target vCPU waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Idle {
     /// `sti; hlt`: the vCPU halts (KVM halt polling / sleeping, or a HLT exit without irqchip).
     Halt,

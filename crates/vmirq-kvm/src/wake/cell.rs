@@ -5,7 +5,7 @@ use super::target::{self, Running};
 use super::{Cell, CellConfig, Path, Placement, TscCheck};
 use crate::dist::Summary;
 use crate::error::{Error, Result};
-use crate::guest::wake::{program, Idle, WakeGuest};
+use crate::guest::wake::{program, WakeGuest};
 use crate::host::{online_cpus, pin_to, rdtsc, tight_timer_slack, TscClock};
 use crate::layout::{mailbox, port, WAKE_GSI, WAKE_VECTOR};
 use crate::memory::GuestRam;
@@ -31,7 +31,7 @@ pub fn run_cell(cfg: &CellConfig, clock: TscClock) -> Result<Cell> {
     let ipi = cfg.path == Path::Ipi;
     let guest = WakeGuest {
         apic: true,
-        idle: Idle::Halt,
+        idle: cfg.idle,
         sender: ipi,
     };
     let vm_cfg = VmConfig {
@@ -148,32 +148,37 @@ fn send_ipi(col: &mut Collector<'_>, vcpu: &mut VcpuFd) -> Result<()> {
     let mut k = 0u32;
     let mut failure = None;
     let max_exits = u64::from(col.total) * 4 + 100;
-    run_until_done(vcpu, max_exits, |exit| match exit {
-        VcpuExit::IoIn(port::GO, data) => {
-            let step = (|| -> Result<u8> {
-                if k > 0 {
-                    let irq_tsc = col.wait_ack()?;
-                    let send_tsc = col.ram.cell(mailbox::SEND_TSC)?;
-                    col.record(k - 1, send_tsc, irq_tsc)?;
+    run_until_done(
+        vcpu,
+        max_exits,
+        Duration::from_secs(120),
+        |exit| match exit {
+            VcpuExit::IoIn(port::GO, data) => {
+                let step = (|| -> Result<u8> {
+                    if k > 0 {
+                        let irq_tsc = col.wait_ack()?;
+                        let send_tsc = col.ram.cell(mailbox::SEND_TSC)?;
+                        col.record(k - 1, send_tsc, irq_tsc)?;
+                    }
+                    if k == col.total {
+                        return Ok(1);
+                    }
+                    col.before_send(k)?;
+                    k += 1;
+                    Ok(0)
+                })();
+                match step {
+                    Ok(v) => data.fill(v),
+                    Err(e) => {
+                        failure = Some(e);
+                        data.fill(1);
+                    }
                 }
-                if k == col.total {
-                    return Ok(1);
-                }
-                col.before_send(k)?;
-                k += 1;
-                Ok(0)
-            })();
-            match step {
-                Ok(v) => data.fill(v),
-                Err(e) => {
-                    failure = Some(e);
-                    data.fill(1);
-                }
+                Ok(Next::Continue)
             }
-            Ok(Next::Continue)
-        }
-        other => Err(unexpected(&other)),
-    })?;
+            other => Err(unexpected(&other)),
+        },
+    )?;
     failure.map_or(Ok(()), Err)
 }
 

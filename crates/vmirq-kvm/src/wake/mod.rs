@@ -9,11 +9,14 @@
 
 mod cell;
 mod collect;
+mod report;
 mod target;
 
 pub use cell::run_cell;
+pub use report::{html, run_sweep, table, WakeReport};
 
 use crate::dist::Summary;
+use crate::guest::wake::Idle;
 use crate::stats::VcpuStats;
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +66,8 @@ pub struct CellConfig {
     pub samples: u32,
     /// Unmeasured wakes first (let KVM's adaptive window settle).
     pub warmup: u32,
+    /// How vCPU 0 waits: halted (the point of the sweep) or running (interrupt injection).
+    pub idle: Idle,
 }
 
 /// What the guest TSC looked like against the host's (offset 0 expected).
@@ -175,6 +180,7 @@ impl Sweep {
                             interval_ns,
                             samples: self.samples,
                             warmup: self.warmup,
+                            idle: Idle::Halt,
                         });
                     }
                 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 /// Exits to userspace allowed for a vCPU that only reports READY and DONE.
 const MAX_EXITS: u64 = 1_000_000;
+/// Longest a wake cell's target vCPU may run.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a finished vCPU thread reports.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +37,7 @@ pub(crate) fn spawn(mut vcpu: VcpuFd, cpu: usize) -> Running {
         let result = (|| {
             pin_to(cpu)?;
             let cpu0 = thread_cpu_ns();
-            run_until_done(&mut vcpu, MAX_EXITS, |exit| match exit {
+            run_until_done(&mut vcpu, MAX_EXITS, RUN_TIMEOUT, |exit| match exit {
                 VcpuExit::IoOut(port::READY, _) => {
                     flag.store(true, Ordering::Release);
                     Ok(Next::Continue)

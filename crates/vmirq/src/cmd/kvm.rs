@@ -20,6 +20,8 @@ pub struct Args {
 enum KvmCommand {
     /// Wake a halted vCPU by irqfd/MSI or x2APIC IPI; sweep KVM's halt-poll window.
     Wake(WakeArgs),
+    /// Per-exit costs (port I/O, ioeventfd, MMIO, cpuid, hypercall, HLT, IPI, injection).
+    Exits(ExitsArgs),
 }
 
 /// Output options shared by every `vmirq kvm` command.
@@ -60,6 +62,18 @@ struct WakeArgs {
     warmup: Option<u32>,
 }
 
+#[derive(Debug, clap::Args)]
+struct ExitsArgs {
+    #[command(flatten)]
+    out: Output,
+    /// Write the vmirq-costs-v1 file for `vmirq sim --costs FILE` here.
+    #[arg(long, value_name = "FILE")]
+    costs: Option<PathBuf>,
+    /// Loop iterations per operation.
+    #[arg(long)]
+    iterations: Option<u32>,
+}
+
 fn parse_path(s: &str) -> Result<Path, String> {
     match s {
         "irqfd" => Ok(Path::Irqfd),
@@ -87,6 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     match args.command {
         KvmCommand::Wake(a) => run_wake(a),
+        KvmCommand::Exits(a) => run_exits(a),
     }
 }
 
@@ -95,7 +110,11 @@ fn clock() -> TscClock {
 }
 
 fn run_wake(a: WakeArgs) -> anyhow::Result<ExitCode> {
-    let mut sweep = if a.out.quick { Sweep::quick() } else { Sweep::default_sweep() };
+    let mut sweep = if a.out.quick {
+        Sweep::quick()
+    } else {
+        Sweep::default_sweep()
+    };
     if !a.path.is_empty() {
         sweep.paths = a.path;
     }
@@ -123,7 +142,8 @@ fn run_wake(a: WakeArgs) -> anyhow::Result<ExitCode> {
         );
     })?;
     if let Some(path) = &a.out.html {
-        std::fs::write(path, wake::html(&report)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, wake::html(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if a.out.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -131,4 +151,37 @@ fn run_wake(a: WakeArgs) -> anyhow::Result<ExitCode> {
         print!("{}", wake::table(&report.cells).render());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_exits(a: ExitsArgs) -> anyhow::Result<ExitCode> {
+    let iterations = a.iterations.unwrap_or(if a.out.quick { 300 } else { 2000 });
+    let wake_samples = if a.out.quick { 100 } else { 400 };
+    let source = format!(
+        "vmirq kvm exits --iterations {iterations}, host {}, unix time {}",
+        hostname(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    );
+    let report = vmirq_kvm::exits::measure_all(iterations, wake_samples, clock(), source)?;
+    if let Some(path) = &a.costs {
+        std::fs::write(path, report.costs.to_json()? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.out.html {
+        std::fs::write(path, vmirq_kvm::exits::html(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.out.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", vmirq_kvm::exits::table(&report).render());
+        println!("{}", report.costs.to_json()?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
 }

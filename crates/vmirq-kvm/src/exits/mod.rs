@@ -1,0 +1,201 @@
+//! `vmirq kvm exits`: per-exit costs measured by guest loops ([`crate::guest::exits`]), plus
+//! the wake costs from short wake cells, summarised as a [`CostsFile`].
+
+mod report;
+
+pub use report::{html, table};
+
+use crate::costs::{Costs, CostsFile};
+use crate::dist::Summary;
+use crate::error::{Error, Result};
+use crate::guest::exits::{program, ExitOp};
+use crate::guest::wake::Idle;
+use crate::host::{pin_to, TscClock};
+use crate::layout::{self, port};
+use crate::runner::{run_until_done, unexpected, Next};
+use crate::vm::{Vm, VmConfig};
+use crate::wake::{run_cell, Cell, CellConfig, Path, Placement};
+use kvm_ioctls::{IoEventAddress, NoDatamatch, VcpuExit};
+use serde::Serialize;
+use vmm_sys_util::eventfd::EventFd;
+
+/// Per-iteration samples dropped at the start of each loop (cold caches, first patching).
+const SKIP: u32 = 16;
+/// Longest run of one operation's loop. A hypercall gets a short bound: on the nested PVM
+/// host this crate was written on, `vmcall`/`vmmcall` from guest ring 0 never completes (the
+/// vCPU spins in the kernel), and the loop is then reported as failed.
+fn op_timeout(op: ExitOp) -> std::time::Duration {
+    std::time::Duration::from_secs(if op == ExitOp::Hypercall { 1 } else { 20 })
+}
+
+/// Cost of one operation.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpCost {
+    /// The operation.
+    pub op: ExitOp,
+    /// Per-iteration time including the measurement's own cost.
+    pub raw_ns: Summary,
+    /// `raw_ns.p50` minus the baseline's p50 (0 if negative).
+    pub net_p50_ns: u64,
+    /// Exits to userspace seen by the VMM during the loop.
+    pub user_exits: u64,
+}
+
+/// Everything `vmirq kvm exits` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExitsReport {
+    /// Host TSC frequency (GHz).
+    pub tsc_ghz: f64,
+    /// Loop iterations per operation.
+    pub iterations: u32,
+    /// Per-operation costs (baseline first). Operations that failed are listed in `failed`.
+    pub ops: Vec<OpCost>,
+    /// Operations this host could not run, with the reason.
+    pub failed: Vec<(ExitOp, String)>,
+    /// Wake cells the wake costs come from.
+    pub wake_cells: Vec<(String, Cell)>,
+    /// The costs file content.
+    pub costs: CostsFile,
+}
+
+/// Measure one operation on its own VM, with the vCPU pinned to CPU 0.
+///
+/// # Errors
+/// [`Error::Unavailable`] without KVM; [`Error::Guest`] if the guest faults or exits
+/// unexpectedly (for example a hypercall this host does not handle).
+pub fn measure_op(op: ExitOp, iterations: u32, clock: TscClock) -> Result<(Summary, u64)> {
+    let prog = program(op, iterations + SKIP)?;
+    let mut vm = Vm::new(
+        VmConfig {
+            irqchip: op.irqchip(),
+            vcpus: 1,
+            halt_poll_ns: None,
+        },
+        &prog,
+    )?;
+    let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(Error::io("eventfd"))?;
+    vm.fd
+        .register_ioevent(
+            &evt,
+            &IoEventAddress::Pio(u64::from(port::PIO_EVENTFD)),
+            NoDatamatch,
+        )
+        .map_err(Error::kvm("KVM_IOEVENTFD"))?;
+    let mut vcpu = vm.vcpus.remove(0);
+    let max_exits = u64::from(iterations + SKIP) * 2 + 100;
+    let exits = std::thread::scope(|s| {
+        s.spawn(|| {
+            pin_to(0)?;
+            run_until_done(&mut vcpu.fd, max_exits, op_timeout(op), |exit| match exit {
+                VcpuExit::IoOut(port::PIO_USER, _) | VcpuExit::Hlt => Ok(Next::Continue),
+                VcpuExit::MmioWrite(layout::MMIO_ADDR, _) => Ok(Next::Continue),
+                other => Err(unexpected(&other)),
+            })
+        })
+        .join()
+        .map_err(|_| Error::Guest("vCPU thread panicked".into()))?
+    })?;
+    let mut ns = Vec::with_capacity(iterations as usize);
+    for i in u64::from(SKIP)..u64::from(iterations + SKIP) {
+        ns.push(clock.ns(vm.ram.load(layout::ARRAY + i * 8)?));
+    }
+    Ok((Summary::of(&mut ns), exits.saturating_sub(1)))
+}
+
+/// Run every operation and the wake cells; build the costs file.
+///
+/// # Errors
+/// [`Error::Unavailable`] without KVM, or the baseline failing (nothing can be subtracted).
+pub fn measure_all(
+    iterations: u32,
+    wake_samples: u32,
+    clock: TscClock,
+    source: String,
+) -> Result<ExitsReport> {
+    let mut ops = Vec::new();
+    let mut failed = Vec::new();
+    let mut baseline = 0;
+    for op in ExitOp::ALL {
+        match measure_op(op, iterations, clock) {
+            Ok((raw_ns, user_exits)) => {
+                if op == ExitOp::Baseline {
+                    baseline = raw_ns.p50;
+                }
+                let net_p50_ns = raw_ns.p50.saturating_sub(baseline);
+                ops.push(OpCost {
+                    op,
+                    raw_ns,
+                    net_p50_ns,
+                    user_exits,
+                });
+            }
+            Err(e) if op == ExitOp::Baseline || e.is_unavailable() => return Err(e),
+            Err(e) => failed.push((op, e.to_string())),
+        }
+    }
+    let wake_cells = wake_cells(wake_samples, clock)?;
+    let costs = costs_of(&ops, &wake_cells);
+    Ok(ExitsReport {
+        tsc_ghz: clock.ghz,
+        iterations,
+        ops,
+        failed,
+        wake_cells,
+        costs: CostsFile::new(source, costs),
+    })
+}
+
+fn wake_cells(samples: u32, clock: TscClock) -> Result<Vec<(String, Cell)>> {
+    let base = CellConfig {
+        path: Path::Irqfd,
+        halt_poll_ns: 0,
+        placement: Placement::Other,
+        interval_ns: 100_000,
+        samples,
+        warmup: samples / 5 + 5,
+        idle: Idle::Halt,
+    };
+    let configs = [
+        ("hlt_wakeup_sleeping", base),
+        (
+            "hlt_wakeup_polling",
+            CellConfig {
+                halt_poll_ns: 200_000,
+                interval_ns: 50_000,
+                ..base
+            },
+        ),
+        (
+            "irq_inject",
+            CellConfig {
+                idle: Idle::Spin,
+                ..base
+            },
+        ),
+    ];
+    configs
+        .iter()
+        .map(|(k, c)| Ok(((*k).to_string(), run_cell(c, clock)?)))
+        .collect()
+}
+
+fn costs_of(ops: &[OpCost], wakes: &[(String, Cell)]) -> Costs {
+    let net = |op: ExitOp| ops.iter().find(|o| o.op == op).map(|o| o.net_p50_ns);
+    let wake = |k: &str| {
+        wakes
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, c)| c.lat_ns.p50)
+    };
+    Costs {
+        pio_exit_to_user: net(ExitOp::PioUser),
+        ioeventfd_exit: net(ExitOp::PioEventfd),
+        mmio_exit_to_user: net(ExitOp::MmioUser),
+        cpuid_exit: net(ExitOp::Cpuid),
+        hypercall_exit: net(ExitOp::Hypercall),
+        hlt_wakeup_sleeping: wake("hlt_wakeup_sleeping"),
+        hlt_wakeup_polling: wake("hlt_wakeup_polling"),
+        irq_inject: wake("irq_inject"),
+        ipi_send: net(ExitOp::IpiSelf),
+    }
+}

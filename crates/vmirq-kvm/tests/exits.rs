@@ -1,0 +1,55 @@
+//! Real-KVM tests of the exit-cost loops and the costs file. Skipped, with the reason
+//! printed, when `/dev/kvm` is unusable.
+
+use std::sync::Mutex;
+use std::time::Duration;
+use vmirq_kvm::guest::exits::ExitOp;
+use vmirq_kvm::host::TscClock;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn kvm_or_skip(test: &str) -> bool {
+    match vmirq_kvm::vm::probe() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn every_exit_loop_runs_with_the_expected_userspace_exits() {
+    if !kvm_or_skip("every_exit_loop_runs") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    let n = 40;
+    for op in ExitOp::ALL {
+        let t = std::time::Instant::now();
+        let result = vmirq_kvm::exits::measure_op(op, n, clock);
+        eprintln!("{op:?}: {result:?} in {:?}", t.elapsed());
+        if op == ExitOp::Hypercall {
+            if let Err(vmirq_kvm::Error::Timeout(why)) = &result {
+                eprintln!(
+                    "NOTE hypercall did not complete on this host ({why}); reported as failed"
+                );
+                continue;
+            }
+        }
+        let (summary, user_exits) = result.expect("loop runs");
+        assert_eq!(summary.n, u64::from(n));
+        let expect_user = matches!(op, ExitOp::PioUser | ExitOp::MmioUser | ExitOp::HltUser);
+        if expect_user {
+            assert!(
+                user_exits >= u64::from(n),
+                "{op:?} exits to userspace every time"
+            );
+        } else {
+            assert_eq!(user_exits, 0, "{op:?} is handled in the kernel");
+        }
+    }
+}
