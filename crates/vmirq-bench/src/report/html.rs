@@ -280,3 +280,125 @@ pub fn render(doc: &Document) -> String {
     out.push_str("</body></html>\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Placement;
+    use crate::knob::{replay, KnobSeries};
+    use crate::machine::Machine;
+    use crate::report::RunInfo;
+    use crate::results::finalize;
+    use crate::stats::{Latency, Metrics};
+    use crate::target::TargetSpec;
+    use crate::workload::{ClientMode, Workload};
+
+    fn metrics(iops: f64) -> Metrics {
+        Metrics {
+            iops,
+            lat_ns: Latency {
+                mean: 1e5,
+                p50: 90_000,
+                p99: 200_000,
+                p999: 300_000,
+                max: 400_000,
+            },
+            notifications_per_io: 0.5,
+            cpu_ns_per_io: 2_000.0,
+            ..Metrics::default()
+        }
+    }
+
+    /// A document with two targets at two depths, one failed cell and a knob series.
+    fn document() -> Document {
+        let vm: TargetSpec = "vmirq:vic".parse().expect("spec");
+        let mut cells = Vec::new();
+        for qd in [1, 32] {
+            for (t, iops) in [(TargetSpec::Qsd, 1000.0), (vm, 1500.0)] {
+                let mut c = CellResult::new(&t, &Workload::randread(qd), ClientMode::Interrupt, 2);
+                c.runs = vec![Some(metrics(iops * f64::from(qd))), Some(metrics(iops))];
+                cells.push(c);
+            }
+        }
+        let mut failed = CellResult::new(&vm, &Workload::bursty(), ClientMode::Interrupt, 2);
+        failed
+            .errors
+            .push("vmirq:vic did not become ready: <boom>".into());
+        cells.push(failed);
+        finalize(&mut cells);
+        let trace: Vec<crate::client::TraceEvent> = (0..200u64)
+            .map(|i| crate::client::TraceEvent {
+                t_ns: i * 1_000,
+                complete: i % 2 == 1,
+            })
+            .collect();
+        let knob: KnobSeries = replay(&trace, &"vic".parse().expect("vic"), "vmirq:none");
+        Document {
+            revision: "abc123".into(),
+            machine: Machine::describe(None),
+            run: RunInfo {
+                preset: "tiny".into(),
+                command: "vmirq bench --html <x>".into(),
+                repetitions: 2,
+                warmup_ms: 10,
+                measure_ms: 20,
+                placement: Placement::Split,
+                seed: 1,
+                targets: vec!["qemu-storage-daemon".into(), "vmirq:vic".into()],
+                wall_s: 1.0,
+                finished_unix_s: 0,
+            },
+            cells,
+            knob_series: vec![knob],
+            notices: vec!["vmirq:vic bursty: failed <boom>".into()],
+        }
+    }
+
+    #[test]
+    fn page_is_self_contained_with_every_section() {
+        let page = render(&document());
+        assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
+        for needle in [
+            "IOPS vs queue depth: randread-4k",
+            "p99 latency vs queue depth",
+            "Notifications per I/O",
+            "CPU per I/O",
+            "Replay:",
+            "vic: ",
+            "FAILED",
+            "abc123",
+        ] {
+            assert!(page.contains(needle), "missing {needle}");
+        }
+        // Two QD plots, three bar charts, in-flight plus one knob chart.
+        assert_eq!(page.matches("<svg").count(), 7);
+        assert!(!page.contains("<script"), "scripts are not allowed");
+        assert!(!page.contains("src=\"http"), "external resource");
+        assert!(!page.contains("NaN") && !page.contains("inf"));
+        // User-provided text is escaped.
+        assert!(page.contains("&lt;boom&gt;") && !page.contains("<boom>"));
+    }
+
+    #[test]
+    fn json_keeps_the_contract() {
+        let json: serde_json::Value =
+            serde_json::from_str(&document().to_json().expect("json")).expect("parse");
+        assert_eq!(json["revision"], "abc123");
+        assert!(json["machine"]["cpus"].as_u64().is_some_and(|c| c >= 1));
+        let cells = json["cells"].as_array().expect("cells");
+        assert_eq!(cells.len(), 5);
+        let vic = &cells[3];
+        assert_eq!(vic["target"], "vmirq:vic");
+        assert_eq!(vic["workload"], "randread-4k");
+        assert_eq!(vic["queue_depth"], 32);
+        assert_eq!(vic["client_mode"], "interrupt");
+        assert!(vic["iops"].as_f64().is_some_and(|x| x > 0.0));
+        assert_eq!(vic["lat_ns"]["p50"], 90_000);
+        assert_eq!(vic["lat_ns"]["p99"], 200_000);
+        assert!(vic["notifications_per_io"].is_number() && vic["cpu_ns_per_io"].is_number());
+        assert!(vic["vs_peer"]["iops"].as_f64().is_some_and(|r| r > 1.0));
+        // A failed cell has no numbers to fake: zero repetitions and its error.
+        assert_eq!(cells[4]["repetitions"], 0);
+        assert_eq!(cells[4]["errors"].as_array().map(Vec::len), Some(1));
+    }
+}
