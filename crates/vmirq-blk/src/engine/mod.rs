@@ -146,9 +146,12 @@ impl QueueEngine {
         }
         QueueCounters::add(&self.parts.counters.timer_fires, 1);
         self.guarded(ring, mem, |e, r, m| {
+            // Clear `resume` first: `apply` must arm a `Hold` deadline now, or a held
+            // completion would wait for a timer nobody armed (a lost notification).
+            let resume = std::mem::take(&mut e.resume);
             let decision = e.parts.moderation.on_event(now_ns(), Event::Timer);
             e.apply(decision, decision == Decision::Notify, r, m)?;
-            if std::mem::take(&mut e.resume) {
+            if resume {
                 e.run(r, m)?;
             }
             Ok(())
