@@ -399,14 +399,14 @@ fn holding_policies_with_polling_never_lose_a_notification() {
             c.read(0, (k as u64 % blocks) * BLOCK as u64, k * BLOCK, BLOCK, k);
         }
         // Keep 32 in flight for 3000 completions; Client::wait fails after 10 s of silence.
-        let mut done = 0;
+        let mut done = 0u64;
         while done < 3000 {
             for (tag, ret) in c.wait(0, 1) {
                 assert_eq!(ret, 0, "{spec}: read failed");
                 done += 1;
                 c.read(
                     0,
-                    ((done as u64 * 7) % blocks) * BLOCK as u64,
+                    ((done * 7) % blocks) * BLOCK as u64,
                     tag * BLOCK,
                     BLOCK,
                     tag,
