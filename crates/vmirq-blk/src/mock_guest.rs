@@ -362,6 +362,8 @@ pub struct DeviceOpts {
     pub moderation: vmirq_policy::spec::ModerationSpec,
     /// Wait policy.
     pub poll: vmirq_policy::spec::WaitSpec,
+    /// Engine bound on batches per event (small values exercise the resume-by-timer path).
+    pub max_batches_per_event: usize,
 }
 
 impl Default for DeviceOpts {
@@ -373,6 +375,7 @@ impl Default for DeviceOpts {
             read_only: false,
             moderation: vmirq_policy::spec::ModerationSpec::None,
             poll: vmirq_policy::spec::WaitSpec::Never,
+            max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
         }
     }
 }
@@ -415,6 +418,7 @@ impl TestDevice {
             moderation: o.moderation.build(),
             waiter: o.poll.build(),
             counters: std::sync::Arc::clone(&counters),
+            max_batches_per_event: o.max_batches_per_event,
         };
         let engine = crate::engine::QueueEngine::new(parts).expect("engine");
         Self {

@@ -233,6 +233,7 @@ impl Server {
                 moderation: c.moderation.build(),
                 waiter: c.poll.build(),
                 counters: Arc::clone(&self.handle.counters[usize::from(q)]),
+                max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
             };
             engines.push(QueueEngine::new(parts)?);
         }

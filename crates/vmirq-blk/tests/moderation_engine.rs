@@ -179,3 +179,25 @@ fn poll_window_is_bounded_by_the_wait_policy_and_counted_as_a_miss() {
     n.kick();
     assert_eq!(n.counters.snapshot().poll_misses, 0);
 }
+
+/// Regression: when the engine yields after its batch bound it resumes through its own
+/// timer; a `Hold` decided on that timer event must arm the hold deadline (it was dropped,
+/// so the completion was never announced). A bound of one batch takes that path on every
+/// kick.
+#[test]
+fn hold_decided_on_the_resume_timer_is_armed() {
+    let moderation = "count:usecs=200,frames=4".parse().expect("spec");
+    let mut d = TestDevice::new(DeviceOpts {
+        moderation,
+        max_batches_per_event: 1,
+        ..DeviceOpts::default()
+    });
+    submit_n(&mut d, 1);
+    d.kick();
+    assert_eq!(d.guest.take_used().len(), 1);
+    assert_eq!(d.engine.held(), 1);
+    // The resume timer is armed for "now"; deliver it: the policy answers Hold again.
+    run_timers_until_idle(&mut d);
+    assert_eq!(d.engine.held(), 0, "held completion never announced");
+    assert_eq!(d.signals(), 1);
+}

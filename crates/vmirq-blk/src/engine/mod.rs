@@ -68,6 +68,8 @@ pub struct EngineParts {
     pub waiter: Wait,
     /// Counters of this queue.
     pub counters: Arc<QueueCounters>,
+    /// Bound on batches per event before yielding (normally [`MAX_BATCHES_PER_EVENT`]).
+    pub max_batches_per_event: usize,
 }
 
 /// One queue's engine.
@@ -177,7 +179,7 @@ impl QueueEngine {
     /// Drain the ring, then poll or sleep as the wait policy says, repeatedly, up to the
     /// per-event bound.
     fn run(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<(), EngineError> {
-        for _ in 0..MAX_BATCHES_PER_EVENT {
+        for _ in 0..self.parts.max_batches_per_event.max(1) {
             self.drain(ring, mem)?;
             if !self.poll(ring, mem)? {
                 return Ok(());
@@ -191,7 +193,7 @@ impl QueueEngine {
 
     /// Process batches until the ring is empty with notifications re-enabled.
     fn drain(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<(), EngineError> {
-        for _ in 0..MAX_BATCHES_PER_EVENT {
+        for _ in 0..self.parts.max_batches_per_event.max(1) {
             ring.queue_mut().disable_notification(mem)?;
             let n = self.process_batch(ring, mem)?;
             if n == 0 && !ring.queue_mut().enable_notification(mem)? {
