@@ -2,7 +2,7 @@
 //! repetition and the summary numbers (medians, spreads, ratios to bare and to the peer).
 
 use crate::stats::{ratio, Latency, Metrics, Spread};
-use crate::target::TargetSpec;
+use crate::target::{BackendPerIo, TargetSpec};
 use crate::workload::{ClientMode, Workload};
 use serde::Serialize;
 
@@ -73,6 +73,8 @@ pub struct CellResult {
     pub others_busy_pct: Option<f64>,
     /// Median hypervisor steal time during the runs, percent of all CPUs.
     pub steal_pct: Option<f64>,
+    /// Median backend counters per request (vmirq serve only).
+    pub backend_per_io: Option<BackendPerIo>,
     /// Spread of the headline numbers.
     pub spread: CellSpread,
     /// Added latency over bare, if bare ran this workload.
@@ -106,6 +108,7 @@ impl CellResult {
             backend_cpu_ns_per_io: None,
             others_busy_pct: None,
             steal_pct: None,
+            backend_per_io: None,
             spread: CellSpread::default(),
             added_latency_ns: None,
             vs_peer: None,
@@ -155,6 +158,16 @@ impl CellResult {
         };
         self.others_busy_pct = median_of(&|m| m.others_busy_pct);
         self.steal_pct = median_of(&|m| m.steal_pct);
+        let b: Vec<BackendPerIo> = runs.iter().filter_map(|m| m.backend_per_io).collect();
+        self.backend_per_io = (!b.is_empty()).then(|| BackendPerIo {
+            kicks: Spread::over(&b, |x| x.kicks).median,
+            notifications: Spread::over(&b, |x| x.notifications).median,
+            suppressed: Spread::over(&b, |x| x.suppressed).median,
+            held: Spread::over(&b, |x| x.held).median,
+            timer_fires: Spread::over(&b, |x| x.timer_fires).median,
+            poll_hits: Spread::over(&b, |x| x.poll_hits).median,
+            poll_misses: Spread::over(&b, |x| x.poll_misses).median,
+        });
         self.spread = CellSpread {
             iops: Spread::over(&runs, |m| m.iops),
             p99_ns: Spread::over(&runs, |m| crate::stats::as_f64(m.lat_ns.p99)),

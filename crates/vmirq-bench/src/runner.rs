@@ -156,8 +156,11 @@ pub fn run_one(
             })
         })
     });
-    drop(running);
-    result
+    let counters = running.stop();
+    result.map(|mut sample| {
+        sample.backend_counters = counters;
+        sample
+    })
 }
 
 /// Connect, retrying briefly while the backend finishes setting up its listener.

@@ -46,6 +46,8 @@ pub struct Metrics {
     pub others_busy_pct: Option<f64>,
     /// Hypervisor steal time, percent of all CPUs.
     pub steal_pct: Option<f64>,
+    /// The backend's own counters per request (vmirq serve only; whole connection).
+    pub backend_per_io: Option<crate::target::BackendPerIo>,
 }
 
 /// Convert a count to f64 for ratios; report values are far below 2^53.
@@ -89,6 +91,7 @@ impl Metrics {
             machine_busy_pct,
             others_busy_pct: machine_busy_pct.map(|m| (m - own_pct).max(0.0)),
             steal_pct: ticks.and_then(|t| pct(t.steal)),
+            backend_per_io: s.backend_counters.and_then(|c| c.per_request()),
             iops: as_f64(s.ios) / secs,
             mib_s: as_f64(s.bytes) / secs / (1024.0 * 1024.0),
             ios: s.ios,
@@ -186,6 +189,11 @@ mod tests {
                 steal: 10,
                 total: 200,
             }),
+            backend_counters: Some(crate::target::BackendCounters {
+                requests: 1000,
+                kicks: 250,
+                ..Default::default()
+            }),
             trace: Vec::new(),
         }
     }
@@ -200,6 +208,7 @@ mod tests {
         assert!((m.cpu_ns_per_io - 4000.0).abs() < 1e-9);
         assert_eq!(m.backend_cpu_ns_per_io, Some(3000.0));
         assert_eq!(m.machine_busy_pct, Some(25.0));
+        assert_eq!(m.backend_per_io.map(|b| b.kicks), Some(0.25));
         assert_eq!(m.steal_pct, Some(5.0));
         let own = 100.0 * 4e6 / (1e9 * crate::cpu::online_cpus() as f64);
         assert!((m.others_busy_pct.unwrap_or(-1.0) - (25.0 - own)).abs() < 1e-9);

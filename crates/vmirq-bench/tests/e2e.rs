@@ -156,4 +156,14 @@ fn vmirq_serve_tiny_matrix() {
     let w = none["wakeups_per_io"].as_f64().unwrap_or(0.0);
     assert!(w <= n + 1e-9, "wakeups {w} exceed notifications {n}");
     assert!(none["backend_cpu_ns_per_io"].as_f64().unwrap_or(0.0) > 0.0);
+    // The backend's own count of notifications sent agrees with what the client read.
+    let sent = none["backend_per_io"]["notifications"]
+        .as_f64()
+        .expect("backend counters");
+    assert!(
+        (sent - n).abs() < 0.15,
+        "backend sent {sent}/IO, client read {n}/IO"
+    );
+    let kicks = none["backend_per_io"]["kicks"].as_f64().unwrap_or(0.0);
+    assert!(kicks > 0.5 && kicks <= 1.05, "QD1 kicks per I/O: {kicks}");
 }

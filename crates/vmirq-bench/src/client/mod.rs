@@ -73,6 +73,9 @@ pub struct Sample {
     pub backend_cpu_ns: Option<u64>,
     /// Whole-machine CPU ticks during the window (busy, steal, total), for noise reporting.
     pub system: Option<crate::cpu::SystemTicks>,
+    /// The backend's own counters for the whole connection (filled in by the runner for
+    /// backends that report them).
+    pub backend_counters: Option<crate::target::BackendCounters>,
     /// Submit/complete timestamps (empty unless requested).
     pub trace: Vec<TraceEvent>,
 }

@@ -292,6 +292,7 @@ impl<'a> Loop<'a> {
                 .zip(base.backend_cpu_ns)
                 .map(|(e, b)| e.saturating_sub(b)),
             system: end.system.zip(base.system).map(|(e, b)| e.since(&b)),
+            backend_counters: None,
             trace: std::mem::take(&mut self.trace),
         }
     }

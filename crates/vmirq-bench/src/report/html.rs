@@ -41,6 +41,14 @@ fn jobs(cells: &[CellResult]) -> Vec<(String, &CellResult)> {
     v
 }
 
+/// The backend's own counters per request (vmirq serve only).
+fn backend_cols(c: &CellResult) -> [String; 4] {
+    match c.backend_per_io {
+        Some(b) => [b.kicks, b.notifications, b.suppressed, b.held].map(|x| format!("{x:.3}")),
+        None => ["-", "-", "-", "-"].map(str::to_owned),
+    }
+}
+
 fn results_table(cells: &[CellResult]) -> String {
     let mut out = String::from("<table><tr>");
     for h in [
@@ -62,6 +70,11 @@ fn results_table(cells: &[CellResult]) -> String {
         "+lat/bare",
         "iops/peer",
         "p99/peer",
+        "other load",
+        "backend kicks/io",
+        "sent/io",
+        "suppressed/io",
+        "held/io",
     ] {
         let _ = write!(out, "<th>{h}</th>");
     }
@@ -99,9 +112,12 @@ fn results_table(cells: &[CellResult]) -> String {
                 .map_or_else(|| "-".into(), |p| format!("{:.2}", p.iops)),
             c.vs_peer
                 .map_or_else(|| "-".into(), |p| format!("{:.2}", p.p99)),
+            c.others_busy_pct
+                .map_or_else(|| "-".into(), |o| format!("{o:.0}%")),
         ];
+        let backend = backend_cols(c);
         out.push_str("<tr>");
-        for col in cols {
+        for col in cols.iter().chain(&backend) {
             let _ = write!(out, "<td>{col}</td>");
         }
         out.push_str("</tr>");
@@ -244,7 +260,10 @@ pub fn render(doc: &Document) -> String {
         doc.run.repetitions, doc.run.warmup_ms, doc.run.measure_ms, doc.run.placement.as_str(), doc.run.wall_s);
     out.push_str(
         "<h2>Results</h2><p class=note>Medians over repetitions. Ratios to bare and to the peer \
-        (qemu-storage-daemon) pair runs of the same repetition.</p>",
+        (qemu-storage-daemon) pair runs of the same repetition. Other load: CPU used by everything \
+        else on the machine during the runs. Backend columns: vmirq serve's own counters per \
+        request over the whole connection (kicks received, notifications sent, policy \
+        notifications suppressed by EVENT_IDX, completions held).</p>",
     );
     out.push_str(&results_table(&doc.cells));
     out.push_str("<h2>IOPS and p99 latency versus queue depth</h2><div class=plots>");

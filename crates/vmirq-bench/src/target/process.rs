@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long a `--once` backend may take to exit after the client disconnects.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a backend may take to create its socket.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -37,6 +39,8 @@ pub struct Running {
     child: Option<Child>,
     socket: Option<PathBuf>,
     log: Option<PathBuf>,
+    /// The backend exits by itself when the client disconnects (`vmirq serve --once`).
+    once: bool,
 }
 
 impl Running {
@@ -58,6 +62,7 @@ impl Running {
                 child: None,
                 socket: None,
                 log: None,
+                once: false,
             });
         }
         let socket = setup
@@ -87,6 +92,7 @@ impl Running {
             child: Some(child),
             socket: Some(socket),
             log: Some(log),
+            once: matches!(spec, TargetSpec::Vmirq { .. }),
         };
         running.wait_ready(spec)?;
         Ok(running)
@@ -116,6 +122,30 @@ impl Running {
             target: spec.to_string(),
             reason: format!("no socket at {} after {READY_TIMEOUT:?}", socket.display()),
         })
+    }
+}
+
+impl Running {
+    /// Wait (bounded) for a `--once` backend to exit after the client disconnected, and read
+    /// the counters it printed. `None` for bare, the peer, or a backend that did not exit.
+    #[must_use]
+    pub fn stop(mut self) -> Option<super::BackendCounters> {
+        if !self.once {
+            return None;
+        }
+        let child = self.child.as_mut()?;
+        let start = Instant::now();
+        while start.elapsed() < EXIT_TIMEOUT {
+            match child.try_wait() {
+                Ok(Some(_)) => {
+                    let text = std::fs::read_to_string(self.log.as_deref()?).ok()?;
+                    return super::BackendCounters::parse(&text);
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => return None,
+            }
+        }
+        None
     }
 }
 
