@@ -7,6 +7,7 @@
 //!   per-VM halt-poll window, with KVM's own statistics ([`stats`]).
 //!
 //! - [`exits`]: per-exit costs, written as a [`costs::CostsFile`] for the simulator.
+//! - [`userhalt`]: vmirq wait policies on the userspace HLT path against KVM halt polling.
 //!
 //! Every entry point returns [`Error::Unavailable`] when `/dev/kvm` cannot be used.
 
@@ -22,6 +23,7 @@ pub mod memory;
 pub mod report;
 pub mod runner;
 pub mod stats;
+pub mod userhalt;
 pub mod vm;
 pub mod wake;
 pub mod watchdog;

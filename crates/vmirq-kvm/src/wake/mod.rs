@@ -8,9 +8,9 @@
 //! deltas of KVM's per-vCPU statistics over the measured phase.
 
 mod cell;
-mod collect;
+pub(crate) mod collect;
 mod report;
-mod target;
+pub(crate) mod target;
 
 pub use cell::run_cell;
 pub use report::{html, run_sweep, table, WakeReport};

@@ -22,6 +22,8 @@ enum KvmCommand {
     Wake(WakeArgs),
     /// Per-exit costs (port I/O, ioeventfd, MMIO, cpuid, hypercall, HLT, IPI, injection).
     Exits(ExitsArgs),
+    /// Userspace halt path with vmirq wait policies versus KVM's in-kernel halt polling.
+    Halt(HaltArgs),
 }
 
 /// Output options shared by every `vmirq kvm` command.
@@ -74,6 +76,28 @@ struct ExitsArgs {
     iterations: Option<u32>,
 }
 
+#[derive(Debug, clap::Args)]
+struct HaltArgs {
+    #[command(flatten)]
+    out: Output,
+    /// Wait policies for the userspace path (repeatable), e.g. `kvm:max_ns=200000`.
+    /// Default: never, fixed, kvm, guest-haltpoll, histogram (200 us caps).
+    #[arg(long = "poll", value_name = "SPEC")]
+    poll: Vec<String>,
+    /// In-kernel halt-poll values to compare against (ns).
+    #[arg(long, value_delimiter = ',')]
+    kernel_halt_poll_ns: Vec<u64>,
+    /// Wake intervals in microseconds.
+    #[arg(long, value_delimiter = ',')]
+    interval_us: Vec<u64>,
+    /// Injector placement: same, other.
+    #[arg(long, default_value = "other", value_parser = parse_placement)]
+    placement: Placement,
+    /// Measured wakes per cell.
+    #[arg(long)]
+    samples: Option<u32>,
+}
+
 fn parse_path(s: &str) -> Result<Path, String> {
     match s {
         "irqfd" => Ok(Path::Irqfd),
@@ -102,6 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         KvmCommand::Wake(a) => run_wake(a),
         KvmCommand::Exits(a) => run_exits(a),
+        KvmCommand::Halt(a) => run_halt(a),
     }
 }
 
@@ -184,4 +209,63 @@ fn run_exits(a: ExitsArgs) -> anyhow::Result<ExitCode> {
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
+}
+
+fn run_halt(a: HaltArgs) -> anyhow::Result<ExitCode> {
+    use vmirq_kvm::userhalt::{self, Poller};
+    let mut pollers = Vec::new();
+    if a.poll.is_empty() && a.kernel_halt_poll_ns.is_empty() {
+        pollers = userhalt::default_pollers()?;
+    } else {
+        pollers.extend(a.kernel_halt_poll_ns.iter().map(|&ns| Poller::Kernel(ns)));
+        for p in &a.poll {
+            pollers.push(Poller::User(userhalt::parse_wait(p)?));
+        }
+    }
+    let intervals: Vec<u64> = if a.interval_us.is_empty() {
+        if a.out.quick {
+            vec![50_000]
+        } else {
+            vec![30_000, 100_000, 300_000]
+        }
+    } else {
+        a.interval_us.iter().map(|v| v * 1000).collect()
+    };
+    let samples = a.samples.unwrap_or(if a.out.quick { 100 } else { 400 });
+    let clock = clock();
+    let mut cells = Vec::new();
+    for &interval in &intervals {
+        for &poller in &pollers {
+            let c = userhalt::run_halt_cell(
+                poller,
+                interval,
+                a.placement,
+                (samples / 5, samples),
+                clock,
+            )?;
+            eprintln!(
+                "  {} interval {} us: p50 {} us, {} of {} halts polled, {} ms polling",
+                c.poller,
+                us(c.interval_ns),
+                us(c.lat_ns.p50),
+                c.polled,
+                c.halts,
+                c.poll_ns / 1_000_000
+            );
+            cells.push(c);
+        }
+    }
+    if let Some(path) = &a.out.html {
+        std::fs::write(path, userhalt::html(&cells))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.out.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "cells": cells }))?
+        );
+    } else {
+        print!("{}", userhalt::table(&cells).render());
+    }
+    Ok(ExitCode::SUCCESS)
 }

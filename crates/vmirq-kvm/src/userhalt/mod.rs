@@ -1,0 +1,226 @@
+//! `vmirq kvm halt`: the userspace halt path. Without an in-kernel irqchip every HLT exits to
+//! the VMM, which runs one of vmirq's wait policies ([`vmirq_policy::wait`]): poll a pending
+//! flag for the window the policy grants, then block; the interrupt goes in with
+//! `KVM_INTERRUPT`. The same workload (a host thread waking the halted vCPU every
+//! `interval_ns`) also runs with KVM's in-kernel halt polling for comparison, including the
+//! CPU time each spends polling.
+
+mod report;
+pub mod vcpu;
+
+pub use report::{html, table};
+
+use crate::dist::Summary;
+use crate::error::{Error, Result};
+use crate::guest::wake::{program, Idle, WakeGuest};
+use crate::host::{online_cpus, pin_to, rdtsc, tight_timer_slack, TscClock};
+use crate::layout::mailbox;
+use crate::vm::{Vm, VmConfig};
+use crate::wake::collect::{Collector, Pace};
+use crate::wake::{run_cell, CellConfig, Path, Placement};
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use vcpu::{Doorbell, HaltStats};
+use vmirq_policy::spec::WaitSpec;
+
+/// Who decides how long a halted vCPU polls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poller {
+    /// KVM's in-kernel halt polling with this `KVM_CAP_HALT_POLL` value.
+    Kernel(u64),
+    /// A vmirq wait policy in the VMM (no in-kernel irqchip).
+    User(WaitSpec),
+}
+
+/// One comparison cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct HaltCell {
+    /// `kernel:halt_poll_ns=N` or `user:<wait spec>`.
+    pub poller: String,
+    /// Wake interval.
+    pub interval_ns: u64,
+    /// Placement of the injector.
+    pub placement: Placement,
+    /// Latencies measured.
+    pub samples: u64,
+    /// Injector TSC to the handler's first instruction.
+    pub lat_ns: Summary,
+    /// Halts.
+    pub halts: u64,
+    /// Halts caught by polling.
+    pub polled: u64,
+    /// Total time spent polling, ns (KVM stats for kernel cells).
+    pub poll_ns: u64,
+    /// CPU time of the vCPU thread over the cell, ns.
+    pub vcpu_cpu_ns: u64,
+    /// Wall time of the measured phase, ns.
+    pub wall_ns: u64,
+    /// Largest window granted (user cells), ns.
+    pub max_window_ns: u64,
+    /// Largest poll overrun past its window (user cells), ns.
+    pub max_overrun_ns: u64,
+}
+
+/// Run one cell.
+///
+/// # Errors
+/// [`Error::Unavailable`] without KVM; guest or timeout errors.
+pub fn run_halt_cell(
+    poller: Poller,
+    interval_ns: u64,
+    placement: Placement,
+    (warmup, samples): (u32, u32),
+    clock: TscClock,
+) -> Result<HaltCell> {
+    match poller {
+        Poller::Kernel(ns) => {
+            let cfg = CellConfig {
+                path: Path::Irqfd,
+                halt_poll_ns: ns,
+                placement,
+                interval_ns,
+                samples,
+                warmup,
+                idle: Idle::Halt,
+            };
+            let c = run_cell(&cfg, clock)?;
+            Ok(HaltCell {
+                poller: format!("kernel:halt_poll_ns={ns}"),
+                interval_ns,
+                placement,
+                samples: c.samples,
+                lat_ns: c.lat_ns,
+                halts: c.halts,
+                polled: c.polls_successful,
+                poll_ns: c.poll_ns,
+                vcpu_cpu_ns: c.vcpu_cpu_ns,
+                wall_ns: c.wall_ns,
+                max_window_ns: ns,
+                max_overrun_ns: 0,
+            })
+        }
+        Poller::User(spec) => run_user(spec, interval_ns, placement, (warmup, samples), clock),
+    }
+}
+
+fn run_user(
+    spec: WaitSpec,
+    interval_ns: u64,
+    placement: Placement,
+    (warmup, samples): (u32, u32),
+    clock: TscClock,
+) -> Result<HaltCell> {
+    if placement == Placement::Other && online_cpus() < 2 {
+        return Err(Error::Config("placement 'other' needs two CPUs".into()));
+    }
+    let guest = WakeGuest {
+        apic: false,
+        idle: Idle::Halt,
+        sender: false,
+    };
+    let mut vm = Vm::new(
+        VmConfig {
+            irqchip: false,
+            vcpus: 1,
+            halt_poll_ns: None,
+        },
+        &program(guest)?,
+    )?;
+    let mut cpu = vm.vcpus.remove(0);
+    let bell = Doorbell::new()?;
+    let ram = &vm.ram;
+    let pace = if placement == Placement::Same {
+        Pace::Yield
+    } else {
+        Pace::Spin
+    };
+    let start = Instant::now();
+    let (halt, col) = std::thread::scope(|s| {
+        let vcpu_thread = s.spawn(|| -> Result<HaltStats> {
+            pin_to(0)?;
+            vcpu::run(&mut cpu.fd, &bell, spec.build(), clock)
+        });
+        let col = (|| -> Result<Collector<'_>> {
+            wait_ready(&bell)?;
+            let mut col = Collector::new(ram, clock, None, pace, interval_ns, (warmup, samples));
+            s.spawn(|| -> Result<Collector<'_>> {
+                pin_to(placement.sender_cpu())?;
+                tight_timer_slack();
+                for k in 0..col.total {
+                    col.before_send(k)?;
+                    let t0 = rdtsc();
+                    bell.ring(t0)?;
+                    let irq = col.wait_ack()?;
+                    col.record(k, t0, irq)?;
+                }
+                Ok(col)
+            })
+            .join()
+            .map_err(|_| Error::Guest("injector panicked".into()))?
+        })();
+        // Stop the guest whatever happened: set STOP, then one more interrupt.
+        let stop = ram
+            .set_cell(mailbox::STOP, 1)
+            .and_then(|()| bell.ring(rdtsc()));
+        let halt = vcpu_thread
+            .join()
+            .map_err(|_| Error::Guest("vCPU thread panicked".into()))?;
+        stop?;
+        Ok::<_, Error>((halt?, col?))
+    })?;
+    let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut lats = col.lats_ns;
+    Ok(HaltCell {
+        poller: format!("user:{spec}"),
+        interval_ns,
+        placement,
+        samples: lats.len() as u64,
+        lat_ns: Summary::of(&mut lats),
+        halts: halt.halts,
+        polled: halt.polled,
+        poll_ns: halt.poll_ns,
+        vcpu_cpu_ns: halt.cpu_ns,
+        wall_ns,
+        max_window_ns: halt.max_window_ns,
+        max_overrun_ns: halt.max_overrun_ns,
+    })
+}
+
+fn wait_ready(bell: &Doorbell) -> Result<()> {
+    let start = Instant::now();
+    while !bell.ready.load(Ordering::Acquire) {
+        if start.elapsed() > Duration::from_secs(5) {
+            return Err(Error::Timeout("the guest to become ready"));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
+}
+
+/// Parse a wait spec, mapping the error.
+///
+/// # Errors
+/// [`Error::Spec`] with the parser's message.
+pub fn parse_wait(s: &str) -> Result<WaitSpec> {
+    s.parse::<WaitSpec>()
+        .map_err(|e| Error::Spec(format!("{s}: {e}")))
+}
+
+/// The default comparison: kernel polling off and 200 µs, then the five user policies.
+///
+/// # Errors
+/// Never for the built-in specs ([`Error::Spec`] otherwise).
+pub fn default_pollers() -> Result<Vec<Poller>> {
+    let mut v = vec![Poller::Kernel(0), Poller::Kernel(200_000)];
+    for s in [
+        "never",
+        "fixed:ns=200000",
+        "kvm:max_ns=200000",
+        "guest-haltpoll:max_ns=200000",
+        "histogram:max_ns=200000",
+    ] {
+        v.push(Poller::User(parse_wait(s)?));
+    }
+    Ok(v)
+}

@@ -1,0 +1,89 @@
+//! Table and HTML of `vmirq kvm halt`.
+
+use super::HaltCell;
+use crate::report::html::Page;
+use crate::report::svg::{bar_chart, Series};
+use crate::report::{pct, us, Table};
+
+/// One row per cell.
+#[must_use]
+pub fn table(cells: &[HaltCell]) -> Table {
+    let mut t = Table::new(&[
+        "poller",
+        "intv_us",
+        "place",
+        "n",
+        "p50_us",
+        "p99_us",
+        "halts",
+        "polled%",
+        "poll_ms",
+        "vcpu_cpu%",
+        "max_win_us",
+        "overrun_us",
+    ]);
+    for c in cells {
+        t.row(vec![
+            c.poller.clone(),
+            us(c.interval_ns),
+            format!("{:?}", c.placement).to_lowercase(),
+            c.samples.to_string(),
+            us(c.lat_ns.p50),
+            us(c.lat_ns.p99),
+            c.halts.to_string(),
+            pct(c.polled, c.halts),
+            format!("{:.2}", c.poll_ns as f64 / 1e6),
+            pct(c.vcpu_cpu_ns, c.wall_ns),
+            us(c.max_window_ns),
+            us(c.max_overrun_ns),
+        ]);
+    }
+    t
+}
+
+/// HTML page: the table, latency and polling CPU per poller.
+#[must_use]
+pub fn html(cells: &[HaltCell]) -> String {
+    let mut page = Page::new(
+        "vmirq kvm halt",
+        "Userspace halt path (no in-kernel irqchip, HLT exits to the VMM, vmirq wait policy, \
+         KVM_INTERRUPT) against KVM's in-kernel halt polling on the same workload.",
+    );
+    page.table(&table(cells));
+    let mut intervals: Vec<u64> = cells.iter().map(|c| c.interval_ns).collect();
+    intervals.dedup();
+    for interval in intervals {
+        let sel: Vec<&HaltCell> = cells.iter().filter(|c| c.interval_ns == interval).collect();
+        let cats: Vec<String> = sel
+            .iter()
+            .map(|c| c.poller.split(':').take(2).collect::<Vec<_>>().join(":"))
+            .collect();
+        let lat = vec![
+            Series {
+                name: "p50 us".into(),
+                values: sel.iter().map(|c| c.lat_ns.p50 as f64 / 1e3).collect(),
+            },
+            Series {
+                name: "p99 us".into(),
+                values: sel.iter().map(|c| c.lat_ns.p99 as f64 / 1e3).collect(),
+            },
+        ];
+        page.svg(&bar_chart(
+            &format!("wake latency, interval {} us", us(interval)),
+            "us",
+            &cats,
+            &lat,
+        ));
+        let poll = vec![Series {
+            name: "poll ms".into(),
+            values: sel.iter().map(|c| c.poll_ns as f64 / 1e6).collect(),
+        }];
+        page.svg(&bar_chart(
+            &format!("time spent polling, interval {} us", us(interval)),
+            "ms",
+            &cats,
+            &poll,
+        ));
+    }
+    page.finish()
+}
