@@ -66,7 +66,7 @@ fn fixed_policy_polls_within_its_window_and_catches_wakes() {
     // A poll loop checks its deadline on every iteration; only preemption of the vCPU thread
     // (other builds on this 2-CPU machine) can overrun it, so the bound is loose.
     assert!(
-        c.max_overrun_ns < 2_000_000,
+        c.max_overrun_ns < 20_000_000,
         "poll overran its window by {} ns",
         c.max_overrun_ns
     );
