@@ -56,10 +56,12 @@ struct Input {
     event_idx: bool,
     read_only: bool,
     moderation: u8,
+    /// Engine batch bound 1..=4 (small bounds exercise the resume-by-timer path).
+    max_batches: u8,
     ops: Vec<Op>,
 }
 
-const POLICIES: &[&str] = &["none", "count:usecs=50,frames=4", "vic", "dim", "budget:us=20"];
+const POLICIES: &[&str] = &["none", "count:usecs=50,frames=4", "vic", "dim", "spdk", "budget:us=20"];
 
 fuzz_target!(|input: Input| {
     let moderation = POLICIES[usize::from(input.moderation) % POLICIES.len()].parse().expect("spec");
@@ -68,6 +70,7 @@ fuzz_target!(|input: Input| {
         event_idx: input.event_idx,
         read_only: input.read_only,
         moderation,
+        max_batches_per_event: usize::from(input.max_batches % 4) + 1,
         ..DeviceOpts::default()
     };
     let mut d = TestDevice::new(opts);
