@@ -90,8 +90,8 @@ pub struct CompareResult {
     pub baseline: (String, f64),
     /// Candidate run and value.
     pub candidate: (String, f64),
-    /// Whether the candidate is better than the baseline.
-    pub better: bool,
+    /// `better`, `worse`, or `same` (within 2% of the baseline).
+    pub verdict: &'static str,
 }
 
 /// Evaluate a comparison.
@@ -107,12 +107,19 @@ pub fn compare(c: &CompareSpec, runs: &[(String, RunResult)]) -> Vec<CompareResu
             } else {
                 v > base
             };
+            let verdict = if (v - base).abs() <= 0.02 * base.abs() {
+                "same"
+            } else if better {
+                "better"
+            } else {
+                "worse"
+            };
             CompareResult {
                 name: c.name.clone(),
                 metric: c.metric.clone(),
                 baseline: (c.baseline.clone(), base),
                 candidate: (l.clone(), v),
-                better,
+                verdict,
             }
         })
         .collect()

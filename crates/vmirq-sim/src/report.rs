@@ -90,17 +90,15 @@ impl Report {
             }
         }
         if !self.compare.is_empty() {
-            let _ = writeln!(o, "\nvmirq policies vs the published mechanism");
+            let _ = writeln!(
+                o,
+                "\nvmirq policies vs the published mechanism (same = within 2%)"
+            );
             for c in &self.compare {
                 let _ = writeln!(
                     o,
                     "{:<40} {:<22} {:>12.2} vs {:<22} {:>12.2}  {}",
-                    c.name,
-                    c.candidate.0,
-                    c.candidate.1,
-                    c.baseline.0,
-                    c.baseline.1,
-                    if c.better { "better" } else { "not better" }
+                    c.name, c.candidate.0, c.candidate.1, c.baseline.0, c.baseline.1, c.verdict
                 );
             }
         }

@@ -109,9 +109,49 @@ const INV_ODD: [f64; 12] = [
     1.0 / 23.0,
 ];
 
-/// Natural logarithm of a positive finite `x` using only IEEE basic operations, so the
-/// result is identical on every platform: `x = m * 2^e` with `m` in `[sqrt(1/2), sqrt(2))`,
-/// then `ln m = 2 atanh((m-1)/(m+1))` by its series (|t| < 0.172, 12 terms: error < 1e-16).
+/// `ln m` for `m` in `[1, 2)` by `2 atanh((m-1)/(m+1))` (12 series terms, error < 1e-16);
+/// `const` so the table below is computed by the compiler with IEEE arithmetic.
+const fn ln_1_2(m: f64) -> f64 {
+    let t = (m - 1.0) / (m + 1.0);
+    let t2 = t * t;
+    let mut p = INV_ODD[11];
+    let mut k = 11;
+    while k > 0 {
+        k -= 1;
+        p = p * t2 + INV_ODD[k];
+    }
+    2.0 * p * t
+}
+
+/// Table size for [`ln`]: the top 7 mantissa bits pick a row.
+const LN_ROWS: usize = 128;
+
+/// `ln(1 + i/128)` for each row.
+const LN_TAB: [f64; LN_ROWS] = {
+    let mut t = [0.0; LN_ROWS];
+    let mut i = 0;
+    while i < LN_ROWS {
+        t[i] = ln_1_2(1.0 + i as f64 / 128.0);
+        i += 1;
+    }
+    t
+};
+
+/// `1 / (1 + i/128)` for each row.
+const INV_TAB: [f64; LN_ROWS] = {
+    let mut t = [0.0; LN_ROWS];
+    let mut i = 0;
+    while i < LN_ROWS {
+        t[i] = 1.0 / (1.0 + i as f64 / 128.0);
+        i += 1;
+    }
+    t
+};
+
+/// Natural logarithm of a positive finite `x` using only IEEE basic operations (so the
+/// result is identical on every platform): `x = 2^e * c * (1 + u)` with `c = 1 + i/128`
+/// from the top mantissa bits, `ln c` from a compile-time table, and `ln(1 + u)` for
+/// `0 <= u < 1/128` by 7 series terms (error below 1e-16).
 #[must_use]
 pub fn ln(x: f64) -> f64 {
     if x.is_nan() || x <= 0.0 {
@@ -127,22 +167,21 @@ pub fn ln(x: f64) -> f64 {
     #[allow(clippy::cast_possible_wrap, reason = "11-bit exponent field")]
     let exp_field = ((bits >> 52) & 0x7ff) as i64;
     e += exp_field - 1023;
-    let mut m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
-    if m > core::f64::consts::SQRT_2 {
-        m *= 0.5;
-        e += 1;
-    }
-    let t = (m - 1.0) / (m + 1.0);
-    let t2 = t * t;
-    // Horner form of sum_{k<12} t^(2k+1)/(2k+1), reciprocals as constants (no division).
-    let mut p = INV_ODD[11];
-    for &c in INV_ODD[..11].iter().rev() {
-        p = p * t2 + c;
-    }
-    let sum = p * t;
+    let frac = bits & 0x000f_ffff_ffff_ffff;
+    let m = f64::from_bits(frac | 0x3ff0_0000_0000_0000);
+    // Top 7 mantissa bits: always < 128.
+    #[allow(clippy::cast_possible_truncation, reason = "7-bit index")]
+    let i = (frac >> 45) as usize;
+    #[allow(clippy::cast_precision_loss, reason = "i < 128")]
+    let c = 1.0 + i as f64 / 128.0;
+    let u = (m - c) * INV_TAB[i]; // m - c is exact
+    let l1p = u
+        * (1.0
+            - u * (0.5
+                - u * (1.0 / 3.0 - u * (0.25 - u * (0.2 - u * (1.0 / 6.0 - u * (1.0 / 7.0)))))));
     #[allow(clippy::cast_precision_loss, reason = "exponent is below 2^11")]
     let ef = e as f64;
-    2.0 * sum + ef * core::f64::consts::LN_2
+    ef * core::f64::consts::LN_2 + LN_TAB[i] + l1p
 }
 
 #[cfg(test)]
