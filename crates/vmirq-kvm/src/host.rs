@@ -78,7 +78,12 @@ pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
-/// Pin the calling thread to one CPU.
+/// Nice value measurement threads ask for: on a shared machine, CPU-bound neighbours would
+/// otherwise take most of the pinned CPU and every number would measure the scheduler.
+pub const MEASUREMENT_NICE: libc::c_int = -10;
+
+/// Pin the calling thread to one CPU and raise its priority to [`MEASUREMENT_NICE`] (best
+/// effort: without the privilege the thread keeps its priority, logged at debug level).
 ///
 /// # Errors
 /// [`Error::Io`] if `sched_setaffinity` fails (for example the CPU does not exist).

@@ -8,10 +8,13 @@
 //!
 //! - [`exits`]: per-exit costs, written as a [`costs::CostsFile`] for the simulator.
 //! - [`userhalt`]: vmirq wait policies on the userspace HLT path against KVM halt polling.
+//! - [`device`]: a moderated virtual device (guest driver, VMM device thread, irqfd under a
+//!   vmirq-policy completion policy).
 //!
 //! Every entry point returns [`Error::Unavailable`] when `/dev/kvm` cannot be used.
 
 pub mod costs;
+pub mod device;
 pub mod dist;
 pub mod error;
 pub mod exits;

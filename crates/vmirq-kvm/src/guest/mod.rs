@@ -5,6 +5,7 @@
 //! Conventions shared by every program: `r15` holds [`layout::MAILBOX`] for the whole run
 //! (handlers rely on it); unexpected exceptions write their vector to [`port::FAULT`].
 
+pub mod device;
 pub mod exits;
 pub mod ipi;
 pub mod wake;
