@@ -24,6 +24,8 @@ enum KvmCommand {
     Exits(ExitsArgs),
     /// Userspace halt path with vmirq wait policies versus KVM's in-kernel halt polling.
     Halt(HaltArgs),
+    /// A moderated virtual device: guest ring driver, VMM device thread, irqfd policy.
+    Device(DeviceArgs),
 }
 
 /// Output options shared by every `vmirq kvm` command.
@@ -98,6 +100,24 @@ struct HaltArgs {
     samples: Option<u32>,
 }
 
+#[derive(Debug, clap::Args)]
+struct DeviceArgs {
+    #[command(flatten)]
+    out: Output,
+    /// Completion policies (repeatable). Default: none, count, vic, dim, budget.
+    #[arg(long = "moderation", value_name = "SPEC")]
+    moderation: Vec<String>,
+    /// Outstanding requests in the guest (comma list).
+    #[arg(long, value_delimiter = ',')]
+    depth: Vec<u32>,
+    /// Device service time per request, microseconds.
+    #[arg(long, default_value_t = 20)]
+    service_us: u64,
+    /// Run length per cell, milliseconds.
+    #[arg(long)]
+    duration_ms: Option<u64>,
+}
+
 fn parse_path(s: &str) -> Result<Path, String> {
     match s {
         "irqfd" => Ok(Path::Irqfd),
@@ -127,6 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         KvmCommand::Wake(a) => run_wake(a),
         KvmCommand::Exits(a) => run_exits(a),
         KvmCommand::Halt(a) => run_halt(a),
+        KvmCommand::Device(a) => run_device(a),
     }
 }
 
@@ -266,6 +287,68 @@ fn run_halt(a: HaltArgs) -> anyhow::Result<ExitCode> {
         );
     } else {
         print!("{}", userhalt::table(&cells).render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_device(a: DeviceArgs) -> anyhow::Result<ExitCode> {
+    use vmirq_kvm::device::{self, DeviceConfig};
+    let specs: Vec<String> = if a.moderation.is_empty() {
+        [
+            "none",
+            "count:usecs=50,frames=32",
+            "vic",
+            "dim",
+            "budget:us=20",
+        ]
+        .map(String::from)
+        .to_vec()
+    } else {
+        a.moderation.clone()
+    };
+    let depths = if a.depth.is_empty() {
+        vec![4, 32]
+    } else {
+        a.depth.clone()
+    };
+    let duration_ms = a
+        .duration_ms
+        .unwrap_or(if a.out.quick { 300 } else { 1000 });
+    let clock = clock();
+    let mut rows = Vec::new();
+    for &depth in &depths {
+        for spec in &specs {
+            let moderation = spec
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--moderation {spec}: {e}"))?;
+            let cfg = DeviceConfig {
+                moderation,
+                depth,
+                service_ns: a.service_us * 1000,
+                duration: Duration::from_millis(duration_ms),
+            };
+            let r = device::run_device(&cfg, clock)?;
+            eprintln!(
+                "  {} depth {depth}: {:.0} completions/s, {:.3} irq/completion, p50 {} us",
+                r.moderation,
+                r.completions_per_sec,
+                r.irqs_per_completion,
+                us(r.lat_ns.p50)
+            );
+            rows.push(r);
+        }
+    }
+    if let Some(path) = &a.out.html {
+        std::fs::write(path, device::html(&rows))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.out.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "runs": rows }))?
+        );
+    } else {
+        print!("{}", device::table(&rows).render());
     }
     Ok(ExitCode::SUCCESS)
 }
