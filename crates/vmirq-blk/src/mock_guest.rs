@@ -202,6 +202,14 @@ impl MockGuest {
             .expect("avail idx write");
     }
 
+    /// Overwrite the available ring's `idx` (a hostile driver may write anything there).
+    pub fn set_avail_idx(&mut self, idx: u16) {
+        self.avail_idx = idx;
+        self.mem
+            .write_obj(idx.to_le(), self.avail.unchecked_add(2))
+            .expect("avail idx write");
+    }
+
     /// Write `descs` as one chain at consecutive table entries and publish it.
     pub fn push_chain(&mut self, descs: &[Desc]) -> u16 {
         let head = self.next_desc;

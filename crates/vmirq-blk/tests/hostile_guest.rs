@@ -401,3 +401,21 @@ fn a_full_ring_of_requests_completes_in_one_kick() {
     assert!(subs.iter().all(|s| d.guest.status(s) == status::OK));
     assert_eq!(d.counters.snapshot().requests, u64::from(n));
 }
+
+#[test]
+fn avail_index_jumping_past_the_queue_size_breaks_the_queue_without_a_flood() {
+    let mut d = dev();
+    let _ = d.guest.submit(req::IN, 0, &[SECTOR], true);
+    // Claim 1000 new entries in a 64-entry ring.
+    d.guest.set_avail_idx(1000);
+    d.kick();
+    assert!(
+        d.engine.is_broken(),
+        "an impossible avail index must stop the queue"
+    );
+    assert!(
+        d.guest.take_used().is_empty(),
+        "entries were completed from a bogus ring"
+    );
+    assert_eq!(d.counters.snapshot().requests, 0);
+}
