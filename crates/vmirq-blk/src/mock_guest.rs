@@ -202,6 +202,13 @@ impl MockGuest {
             .expect("avail idx write");
     }
 
+    /// Set the available ring's `flags` (bit 0: VRING_AVAIL_F_NO_INTERRUPT).
+    pub fn set_avail_flags(&self, flags: u16) {
+        self.mem
+            .write_obj(flags.to_le(), self.avail)
+            .expect("avail flags write");
+    }
+
     /// Overwrite the available ring's `idx` (a hostile driver may write anything there).
     pub fn set_avail_idx(&mut self, idx: u16) {
         self.avail_idx = idx;

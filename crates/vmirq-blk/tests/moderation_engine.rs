@@ -201,3 +201,20 @@ fn hold_decided_on_the_resume_timer_is_armed() {
     assert_eq!(d.engine.held(), 0, "held completion never announced");
     assert_eq!(d.signals(), 1);
 }
+
+/// VIRTIO 1.2 §2.7.7.1: without EVENT_IDX, a driver that sets VRING_AVAIL_F_NO_INTERRUPT gets
+/// no used-buffer notifications.
+#[test]
+fn verify_spec_2_7_7_1_no_interrupt_flag_suppresses_signals_without_event_idx() {
+    let mut d = TestDevice::new(DeviceOpts::default());
+    d.guest.set_avail_flags(1);
+    submit_n(&mut d, 3);
+    d.kick();
+    assert_eq!(d.guest.take_used().len(), 3);
+    assert_eq!(d.signals(), 0);
+    assert_eq!(d.counters.snapshot().suppressed, 3);
+    d.guest.set_avail_flags(0);
+    submit_n(&mut d, 1);
+    d.kick();
+    assert_eq!(d.signals(), 1);
+}

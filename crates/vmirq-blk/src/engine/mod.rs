@@ -21,10 +21,13 @@ use crate::timer::HoldTimer;
 use std::io;
 use std::sync::Arc;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmirq_policy::moderation::{Decision, Event, Moderation, Moderator};
 use vmirq_policy::wait::{Wait, Waiter, WakeOutcome};
 use vmirq_policy::Nanos;
+
+/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks for no used-buffer notifications.
+const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 
 /// Most batches drained in one call before yielding to the event loop (the engine re-arms
 /// its timer immediately so it comes back). Bounds the time spent per event.
@@ -205,9 +208,24 @@ impl QueueEngine {
         Ok(())
     }
 
-    /// Signal the driver unless EVENT_IDX says it does not want a signal yet.
+    /// Signal the driver unless it suppressed signals: EVENT_IDX (`used_event` not passed),
+    /// or without EVENT_IDX the available ring's NO_INTERRUPT flag (VIRTIO 1.2 §2.7.7.1; not
+    /// handled by virtio-queue's `needs_notification`).
     fn notify(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<(), EngineError> {
-        if ring.queue_mut().needs_notification(mem)? {
+        let queue = ring.queue_mut();
+        let wanted = if queue.event_idx_enabled() {
+            queue.needs_notification(mem)?
+        } else {
+            let flags: u16 = mem
+                .load(
+                    GuestAddress(queue.avail_ring()),
+                    std::sync::atomic::Ordering::Acquire,
+                )
+                .map(u16::from_le)
+                .map_err(virtio_queue::Error::GuestMemory)?;
+            flags & VRING_AVAIL_F_NO_INTERRUPT == 0
+        };
+        if wanted {
             ring.signal()?;
             QueueCounters::add(&self.parts.counters.notifications, 1);
         } else {
