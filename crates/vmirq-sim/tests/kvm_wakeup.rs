@@ -35,6 +35,19 @@ fn kvm_wakeup_message_passing_direction_and_size() {
         value(&r, "kvm-poll", "cpu.poll_pct")
             > 10.0 * value(&r, "kvm-sleep", "cpu.poll_pct").max(0.1)
     );
+    // memcached-like loopback server: halt polling lowers latency (published 1.5x).
+    let mc = check(&r, "memcached-like latency, no polling / halt polling").simulated;
+    assert!((1.2..1.6).contains(&mc), "memcached-like ratio {mc}");
+    // External client over virtio-net: polling helps, bare metal is fastest.
+    let (bare, poll, sleep) = (
+        value(&r, "ext-bare", "ping_rtt_ns.mean"),
+        value(&r, "ext-kvm-poll", "ping_rtt_ns.mean"),
+        value(&r, "ext-kvm-sleep", "ping_rtt_ns.mean"),
+    );
+    assert!(
+        bare < poll && poll < sleep,
+        "bare {bare} poll {poll} sleep {sleep}"
+    );
     // Guest haltpoll elides reschedule IPIs entirely.
     assert!(value(&r, "rr-guest-haltpoll", "ipis_elided") > 0.0);
 }

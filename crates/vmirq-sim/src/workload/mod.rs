@@ -29,6 +29,9 @@ pub enum WorkloadConfig {
     TcpRr {
         /// Guest CPU time per message per side (stack + application), in ns.
         work_ns: u64,
+        /// Extra server CPU per request (e.g. a memcached GET's lookup and reply), in ns.
+        #[serde(default)]
+        server_extra_ns: u64,
     },
     /// fio-like storage on vCPU 0 through a moderated virtual storage device.
     Storage(StorageConfig),
@@ -65,7 +68,10 @@ impl Workload {
             WorkloadConfig::IpiMicro { interval_us } => {
                 Workload::IpiMicro(IpiMicro::new(interval_us * 1_000))
             }
-            WorkloadConfig::TcpRr { work_ns } => Workload::TcpRr(TcpRr::new(work_ns)),
+            WorkloadConfig::TcpRr {
+                work_ns,
+                server_extra_ns,
+            } => Workload::TcpRr(TcpRr::new(work_ns, server_extra_ns)),
             WorkloadConfig::Storage(ref c) => Workload::Storage(Storage::new(c.clone())),
             WorkloadConfig::Ping(ref c) => Workload::Ping(Ping::new(c.clone())),
             WorkloadConfig::SyncWrite(ref c) => Workload::SyncWrite(SyncWrite::new(c.clone())),

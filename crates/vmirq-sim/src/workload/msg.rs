@@ -53,17 +53,20 @@ impl IpiMicro {
 #[derive(Debug, Clone)]
 pub struct TcpRr {
     work_ns: Nanos,
+    server_extra_ns: Nanos,
     last_send: Option<Nanos>,
 }
 
 const REPLY: u32 = 2;
 
 impl TcpRr {
-    /// Ping-pong with `work_ns` of guest work per message.
+    /// Ping-pong with `work_ns` of guest work per message, plus `server_extra_ns` per
+    /// request on the server (a memcached-like server).
     #[must_use]
-    pub fn new(work_ns: Nanos) -> Self {
+    pub fn new(work_ns: Nanos, server_extra_ns: Nanos) -> Self {
         Self {
             work_ns,
+            server_extra_ns,
             last_send: None,
         }
     }
@@ -85,7 +88,9 @@ impl TcpRr {
                 core.send_ipi(0, 1, IrqSrc::Resched { from: 0 })?;
             }
             Hook::App(1, REPLY) => core.send_ipi(1, 0, IrqSrc::Resched { from: 1 })?,
-            Hook::Irq(1, _) => core.vcpus[1].work.push_back(Work::app(self.work_ns, REPLY)),
+            Hook::Irq(1, _) => core.vcpus[1]
+                .work
+                .push_back(Work::app(self.work_ns + self.server_extra_ns, REPLY)),
             Hook::Irq(0, _) => core.vcpus[0].work.push_back(Work::app(self.work_ns, SEND)),
             _ => {}
         }

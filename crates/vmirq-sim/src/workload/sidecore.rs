@@ -16,6 +16,10 @@ pub struct PingConfig {
     pub outside_ns: Nanos,
     /// Guest CPU to answer one echo request (driver + ICMP), ns.
     pub guest_ns: Nanos,
+    /// The reply leaves through a paravirtual NIC whose doorbell exits (virtio-net TX
+    /// kick); false for an assigned NIC (SR-IOV) or bare metal.
+    #[serde(default)]
+    pub tx_exit: bool,
 }
 
 /// How the block path between guest and host signals.
@@ -47,6 +51,7 @@ pub struct SyncWriteConfig {
 const ARRIVE: u32 = 20;
 const INJECT: u32 = 21;
 const REPLY: u32 = 22;
+const TX_DONE: u32 = 23;
 const SUBMIT: u32 = 30;
 const HOST_START: u32 = 31;
 const HOST_DONE: u32 = 32;
@@ -103,7 +108,16 @@ impl Ping {
             Hook::Irq(0, _) => core.vcpus[0]
                 .work
                 .push_back(Work::app(self.cfg.guest_ns, REPLY)),
-            Hook::App(0, REPLY) => {
+            Hook::App(0, REPLY) if self.cfg.tx_exit && !core.bare() => {
+                let ns = core.costs.exit_roundtrip_ns + core.costs.wrmsr_exit_ns;
+                let kick = Work {
+                    ns,
+                    cat: Cat::Exit,
+                    tag: crate::host::Tag::App(TX_DONE),
+                };
+                core.vcpus[0].work.push_front(kick);
+            }
+            Hook::App(0, REPLY | TX_DONE) => {
                 let rtt = core.now() - self.arrived + self.cfg.outside_ns;
                 core.metrics.sample("ping_rtt_ns", rtt);
                 core.q
