@@ -140,3 +140,13 @@ pub fn spin_until_tsc(deadline: u64) {
         std::hint::spin_loop();
     }
 }
+
+/// The host's load averages (`/proc/loadavg`, first three fields), recorded beside results:
+/// KVM stops halt polling whenever another task is runnable on the vCPU's CPU, so the
+/// polled share depends on the machine's load.
+#[must_use]
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}

@@ -46,6 +46,8 @@ pub struct OpCost {
 pub struct ExitsReport {
     /// Host TSC frequency (GHz).
     pub tsc_ghz: f64,
+    /// Host load averages at the end of the run.
+    pub loadavg: String,
     /// Loop iterations per operation.
     pub iterations: u32,
     /// Per-operation costs (baseline first). Operations that failed are listed in `failed`.
@@ -137,6 +139,7 @@ pub fn measure_all(
     let costs = costs_of(&ops, &wake_cells);
     Ok(ExitsReport {
         tsc_ghz: clock.ghz,
+        loadavg: crate::host::loadavg(),
         iterations,
         ops,
         failed,

@@ -170,3 +170,60 @@ pub(crate) fn asm_error(program: &'static str, e: &IcedError) -> Error {
         message: e.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::exits::ExitOp;
+    use super::wake::{Idle, WakeGuest};
+    use crate::layout::{self, WAKE_VECTOR};
+
+    #[test]
+    fn wake_program_has_one_entry_per_vcpu_and_its_own_handler() {
+        let one = super::wake::program(WakeGuest {
+            apic: true,
+            idle: Idle::Halt,
+            sender: false,
+        })
+        .expect("assembles");
+        let two = super::wake::program(WakeGuest {
+            apic: true,
+            idle: Idle::Halt,
+            sender: true,
+        })
+        .expect("assembles");
+        assert_eq!((one.entries.len(), two.entries.len()), (1, 2));
+        assert_eq!(
+            one.entries[0],
+            layout::CODE,
+            "vCPU 0 starts at the load address"
+        );
+        let handler = one.handler(WAKE_VECTOR);
+        assert_ne!(
+            handler,
+            one.handler(WAKE_VECTOR + 1),
+            "other vectors go to fault stubs"
+        );
+        assert_ne!(
+            one.handler(13),
+            one.handler(14),
+            "each exception has its own stub"
+        );
+        let offset = usize::try_from(handler - layout::CODE).expect("small");
+        assert_eq!(
+            &one.code[offset..offset + 2],
+            &[0x0f, 0x31],
+            "handler starts with rdtsc"
+        );
+    }
+
+    #[test]
+    fn every_exit_loop_and_the_device_driver_assemble_within_limits() {
+        for op in ExitOp::ALL {
+            let p = super::exits::program(op, 10).expect("assembles");
+            assert!(p.code.len() < layout::CODE_MAX);
+        }
+        assert!(super::exits::program(ExitOp::Baseline, 0).is_err());
+        assert!(super::device::program(16).is_ok());
+        assert!(super::device::program(0).is_err());
+    }
+}

@@ -13,6 +13,8 @@ use serde::Serialize;
 pub struct WakeReport {
     /// Host TSC frequency measured for this run (GHz).
     pub tsc_ghz: f64,
+    /// Host load averages at the end of the sweep (1, 5, 15 min).
+    pub loadavg: String,
     /// Every cell of the sweep.
     pub cells: Vec<Cell>,
 }
@@ -34,6 +36,7 @@ pub fn run_sweep(
     }
     Ok(WakeReport {
         tsc_ghz: clock.ghz,
+        loadavg: crate::host::loadavg(),
         cells,
     })
 }
@@ -99,6 +102,10 @@ pub fn html(report: &WakeReport) -> String {
          handler, for a halted vCPU woken by an irqfd (MSI) or an x2APIC IPI, by KVM halt-poll \
          window. polled% = halt_successful_poll / halts from KVM's own statistics.",
     );
+    page.pre(&format!(
+        "host load averages: {}; TSC {:.3} GHz",
+        report.loadavg, report.tsc_ghz
+    ));
     page.table(&table(&report.cells));
     let mut groups: Vec<(Path, Placement, u64)> = Vec::new();
     for c in &report.cells {
