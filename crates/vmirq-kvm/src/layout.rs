@@ -52,6 +52,10 @@ pub mod mailbox {
     pub const RESULT2: u64 = 0x38;
     /// Fourth result cell.
     pub const RESULT3: u64 = 0x40;
+    /// Fault stubs store the top two stack words here (error code and/or RIP).
+    pub const FAULT_STACK0: u64 = 0x48;
+    /// Second stack word at a fault.
+    pub const FAULT_STACK1: u64 = 0x50;
 }
 
 /// I/O ports the guest programs use to talk to the VMM (all exit to userspace unless a test

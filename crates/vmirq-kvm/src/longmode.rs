@@ -10,14 +10,26 @@ use crate::memory::GuestRam;
 use kvm_bindings::{kvm_regs, kvm_segment};
 use kvm_ioctls::VcpuFd;
 
-/// Kernel code segment selector (GDT entry 1).
-pub const CODE_SEL: u16 = 0x08;
-/// Kernel data segment selector (GDT entry 2).
-pub const DATA_SEL: u16 = 0x10;
-/// TSS selector (GDT entries 3-4, a 16-byte system descriptor).
-pub const TSS_SEL: u16 = 0x18;
+// The GDT follows Linux's x86-64 layout (kernel CS 0x10, DS 0x18, user DS 0x2b, user CS
+// 0x33, TSS at entry 8): the paging-based nested KVM (PVM) this was developed on switches
+// between guest rings with these selectors and faults (#NP) on others.
 
-const PTE_PRESENT_RW: u64 = 0x3;
+/// Kernel code segment selector (GDT entry 2).
+pub const CODE_SEL: u16 = 0x10;
+/// Kernel data segment selector (GDT entry 3).
+pub const DATA_SEL: u16 = 0x18;
+/// TSS selector (GDT entries 8-9, a 16-byte system descriptor).
+pub const TSS_SEL: u16 = 0x40;
+/// User data segment selector with RPL 3 (GDT entry 5).
+pub const USER_DATA_SEL: u16 = 0x28 | 3;
+/// User 64-bit code segment selector with RPL 3 (GDT entry 6).
+pub const USER_CODE_SEL: u16 = 0x30 | 3;
+/// Ring-0 stack the CPU switches to when an interrupt arrives in ring 3 (TSS.RSP0).
+pub const RING0_STACK: u64 = layout::STACK_TOP - 4 * layout::STACK_SIZE;
+const GDT_ENTRIES: u16 = 10;
+
+/// Present, writable, user-accessible (ring 3 code may run on every page; SMEP/SMAP are off).
+const PTE_PRESENT_RW: u64 = 0x7;
 const PDE_LARGE: u64 = 0x80;
 const TSS_LIMIT: u32 = 0x67;
 
@@ -44,6 +56,8 @@ pub fn write_tables(ram: &GuestRam, program: &Program) -> Result<()> {
     }
     ram.write(layout::PD, &pd)?;
     ram.write(layout::GDT, &gdt_bytes())?;
+    // TSS.RSP0 (offset 4): the stack for interrupts taken in ring 3.
+    ram.write(layout::TSS + 4, &RING0_STACK.to_le_bytes())?;
     let mut idt = Vec::with_capacity(256 * 16);
     for vector in 0..=255u8 {
         idt.extend_from_slice(&interrupt_gate(program.handler(vector)));
@@ -65,10 +79,26 @@ fn gdt_bytes() -> Vec<u8> {
         | (0x89u64 << 40)
         | (((base >> 24) & 0xff) << 56);
     let tss_high = base >> 32;
-    [null, code, data, tss_low, tss_high]
-        .iter()
-        .flat_map(|q| q.to_le_bytes())
-        .collect()
+    // Ring-3 segments (DPL 3) for programs that drop to ring 3, which runs natively on hosts
+    // that emulate guest ring 0.
+    let user32_code = 0x00cf_fa00_0000_ffffu64;
+    let user_data = 0x00cf_f200_0000_ffffu64;
+    let user_code = 0x00af_fa00_0000_ffffu64;
+    [
+        null,
+        null,
+        code,
+        data,
+        user32_code,
+        user_data,
+        user_code,
+        null,
+        tss_low,
+        tss_high,
+    ]
+    .iter()
+    .flat_map(|q| q.to_le_bytes())
+    .collect()
 }
 
 /// A 64-bit interrupt gate (type 0xE, present, DPL 0) to `handler` in the code segment.
@@ -125,7 +155,7 @@ pub fn configure_vcpu(vcpu: &VcpuFd, entry: u64, stack: u64) -> Result<()> {
         ..Default::default()
     };
     sregs.gdt.base = layout::GDT;
-    sregs.gdt.limit = 5 * 8 - 1;
+    sregs.gdt.limit = GDT_ENTRIES * 8 - 1;
     sregs.idt.base = layout::IDT;
     sregs.idt.limit = 256 * 16 - 1;
     sregs.cr3 = layout::PML4;
@@ -160,8 +190,14 @@ mod tests {
     #[test]
     fn gdt_has_a_present_64bit_tss() {
         let gdt = gdt_bytes();
-        assert_eq!(gdt.len(), 40);
-        assert_eq!(gdt[24 + 5], 0x89, "TSS access byte");
-        assert_eq!(u16::from_le_bytes([gdt[24], gdt[25]]), 0x67);
+        assert_eq!(gdt.len(), 80);
+        let tss = usize::from(TSS_SEL);
+        assert_eq!(gdt[tss + 5], 0x89, "TSS access byte");
+        assert_eq!(u16::from_le_bytes([gdt[tss], gdt[tss + 1]]), 0x67);
+        assert_eq!(
+            gdt[usize::from(USER_CODE_SEL & !3) + 5],
+            0xfa,
+            "user code DPL 3"
+        );
     }
 }

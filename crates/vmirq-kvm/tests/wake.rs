@@ -69,3 +69,26 @@ fn ipi_from_second_vcpu_reaches_the_handler() {
     assert_eq!(c.polls_successful, 0, "halt polling is off in this cell");
     assert!(c.wakeups > 0, "the halted vCPU slept and was woken");
 }
+
+#[test]
+fn irqfd_interrupt_reaches_a_vcpu_spinning_in_ring3() {
+    if !kvm_or_skip("irqfd_interrupt_reaches_a_vcpu_spinning_in_ring3") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    let cfg = CellConfig {
+        idle: Idle::SpinUser,
+        ..cell(Path::Irqfd, 0)
+    };
+    let c = run_cell(&cfg, clock).expect("ring-3 spin cell runs");
+    eprintln!("{c:?}");
+    assert_eq!(
+        c.samples + u64::from(c.negative),
+        60,
+        "every interrupt reached the handler"
+    );
+    assert_eq!(c.kvm_stats.halt_exits, 0, "the vCPU never halted");
+}

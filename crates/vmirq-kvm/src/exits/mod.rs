@@ -187,8 +187,10 @@ fn wake_cells(samples: u32, clock: TscClock) -> Result<Vec<(String, Cell)>> {
 /// exit at all. Such keys are left out of the costs file rather than written as 0.
 pub const MIN_NET_NS: u64 = 100;
 
-/// Interrupt delivery to a running vCPU slower than this is a host artefact (the running
-/// vCPU is inside KVM's ring-0 emulator, which notices the kick late) and is left out.
+/// Interrupt delivery to a running vCPU slower than this is a host artefact and is left out.
+/// `irq_inject` is measured with the vCPU spinning in ring 3 (native); the ring-0 variant
+/// (`irq_inject_ring0`, reported but never written) sits inside KVM's ring-0 emulator on a
+/// PVM host, which notices the kick only after about a millisecond.
 pub const MAX_IRQ_INJECT_NS: u64 = 100_000;
 
 fn costs_of(ops: &[OpCost], wakes: &[(String, Cell)]) -> Costs {

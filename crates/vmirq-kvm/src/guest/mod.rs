@@ -12,7 +12,7 @@ pub mod wake;
 
 use crate::error::{Error, Result};
 use crate::layout::{self, port};
-use iced_x86::code_asm::{al, eax, ecx, edx, r15, CodeAssembler, CodeLabel};
+use iced_x86::code_asm::{al, eax, ecx, edx, qword_ptr, r15, rax, rsp, CodeAssembler, CodeLabel};
 use iced_x86::{BlockEncoderOptions, IcedError};
 
 /// An assembled guest program.
@@ -154,6 +154,12 @@ impl Builder {
         for vector in 0..=32u32 {
             let mut label = self.a.create_label();
             self.a.set_label(&mut label)?;
+            self.a.mov(rax, qword_ptr(rsp))?;
+            self.a
+                .mov(qword_ptr(r15 + layout::mailbox::FAULT_STACK0), rax)?;
+            self.a.mov(rax, qword_ptr(rsp + 8))?;
+            self.a
+                .mov(qword_ptr(r15 + layout::mailbox::FAULT_STACK1), rax)?;
             self.a.mov(al, if vector == 32 { 0xff } else { vector })?;
             self.a.out(u32::from(port::FAULT), al)?;
             self.a.cli()?;

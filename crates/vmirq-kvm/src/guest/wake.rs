@@ -7,7 +7,8 @@
 
 use super::{asm_error, msr, AsmResult, Builder, Program};
 use crate::error::Result;
-use crate::layout::{mailbox, port, WAKE_VECTOR};
+use crate::layout::{self, mailbox, port, WAKE_VECTOR};
+use crate::longmode::{USER_CODE_SEL, USER_DATA_SEL};
 use iced_x86::code_asm::{eax, ecx, edx, qword_ptr, r15, rax, rdx};
 
 /// How the target vCPU waits.
@@ -16,8 +17,12 @@ use iced_x86::code_asm::{eax, ecx, edx, qword_ptr, r15, rax, rdx};
 pub enum Idle {
     /// `sti; hlt`: the vCPU halts (KVM halt polling / sleeping, or a HLT exit without irqchip).
     Halt,
-    /// Busy loop with interrupts enabled: the vCPU is running when the interrupt arrives.
+    /// Busy loop with interrupts enabled in ring 0: the vCPU is running when the interrupt
+    /// arrives (on hosts that emulate ring 0, inside the emulator).
     Spin,
+    /// Busy loop in ring 3 (IOPL 3, interrupts enabled): running natively when the
+    /// interrupt arrives; the handler runs in ring 0 on the TSS stack.
+    SpinUser,
 }
 
 /// Options of the wake program.
@@ -49,6 +54,9 @@ fn emit(b: &mut Builder, opts: WakeGuest) -> AsmResult {
         b.enable_x2apic()?;
     }
     b.out(port::READY)?;
+    if opts.idle == Idle::SpinUser {
+        return emit_user_spin(b, opts);
+    }
     let mut idle = b.a.create_label();
     let mut done = b.a.create_label();
     b.a.set_label(&mut idle)?;
@@ -57,7 +65,7 @@ fn emit(b: &mut Builder, opts: WakeGuest) -> AsmResult {
     b.a.sti()?;
     match opts.idle {
         Idle::Halt => b.a.hlt()?,
-        Idle::Spin => b.a.pause()?,
+        Idle::Spin | Idle::SpinUser => b.a.pause()?,
     }
     b.a.jmp(idle)?;
     b.a.set_label(&mut done)?;
@@ -65,6 +73,36 @@ fn emit(b: &mut Builder, opts: WakeGuest) -> AsmResult {
     b.out(port::DONE)?;
     b.a.hlt()?;
 
+    emit_handler(b, opts)
+}
+
+/// Drop to ring 3 with `iretq` and spin there until STOP, then report DONE (IOPL 3 allows
+/// the `out` from ring 3).
+fn emit_user_spin(b: &mut Builder, opts: WakeGuest) -> AsmResult {
+    let mut spin = b.a.create_label();
+    let mut done = b.a.create_label();
+    b.a.mov(rax, u64::from(USER_DATA_SEL))?;
+    b.a.push(rax)?; // SS
+    b.a.mov(rax, layout::STACK_TOP - 2 * layout::STACK_SIZE)?;
+    b.a.push(rax)?; // RSP
+    b.a.push(0x3202)?; // RFLAGS: IOPL 3, IF
+    b.a.mov(rax, u64::from(USER_CODE_SEL))?;
+    b.a.push(rax)?; // CS
+    b.a.lea(rax, qword_ptr(spin))?;
+    b.a.push(rax)?; // RIP
+    b.a.iretq()?;
+    b.a.set_label(&mut spin)?;
+    b.a.cmp(qword_ptr(r15 + mailbox::STOP), 0)?;
+    b.a.jne(done)?;
+    b.a.pause()?;
+    b.a.jmp(spin)?;
+    b.a.set_label(&mut done)?;
+    b.out(port::DONE)?;
+    b.a.jmp(done)?;
+    emit_handler(b, opts)
+}
+
+fn emit_handler(b: &mut Builder, opts: WakeGuest) -> AsmResult {
     b.handler(WAKE_VECTOR)?;
     b.a.rdtsc()?; // first instruction of the handler: the wake timestamp
     b.a.shl(rdx, 32)?;

@@ -63,6 +63,14 @@ pub fn run_cell(cfg: &CellConfig, clock: TscClock) -> Result<Cell> {
     vm.ram.set_cell(mailbox::STOP, 1)?;
     irqfd.write(1).map_err(Error::io("irqfd write"))?;
     let done = running.join(JOIN_TIMEOUT);
+    if let (Err(m), Err(d)) = (&measured, &done) {
+        // The vCPU's own error usually explains the measuring side's.
+        let w0 = vm.ram.cell(mailbox::FAULT_STACK0).unwrap_or(0);
+        let w1 = vm.ram.cell(mailbox::FAULT_STACK1).unwrap_or(0);
+        return Err(Error::Guest(format!(
+            "{m}; vCPU: {d} (stack at fault {w0:#x} {w1:#x})"
+        )));
+    }
     let (col, wall_ns) = measured?;
     let done = done?;
     let boot = vm.ram.cell(mailbox::BOOT_TSC)?;
@@ -196,11 +204,8 @@ fn tsc_check(guest_boot: u64, host_before: u64, host_after: u64) -> TscCheck {
 fn assemble(cfg: &CellConfig, mut m: Measured, wall_ns: u64, cpu_ns: u64, tsc: TscCheck) -> Cell {
     let s = m.stats;
     let samples = m.lats_ns.len() as u64;
-    let halts = if s.halt_exits > 0 {
-        s.halt_exits
-    } else {
-        samples
-    };
+    // Without a stats fd every counter reads 0; fall back to the wake count.
+    let halts = if s.exits > 0 { s.halt_exits } else { samples };
     Cell {
         path: cfg.path,
         halt_poll_ns: cfg.halt_poll_ns,
