@@ -5,7 +5,8 @@
 //! depends on anything but the order they were scheduled in. Cancelling an event (for
 //! example a timer that is re-armed) empties its slab slot; the slot stores the sequence
 //! number of its event, which acts as its generation: a heap key whose sequence no longer
-//! matches is stale and is dropped when it surfaces (lazy cancellation). The heap
+//! matches is stale and is dropped when it surfaces (lazy cancellation). A delivered top key
+//! stays in place until the next schedule replaces it (one sift instead of pop + push). The heap
 //! is compacted when stale keys outnumber live ones, so memory stays bounded.
 
 mod queue;

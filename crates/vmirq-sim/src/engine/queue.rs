@@ -66,6 +66,9 @@ pub struct EventQueue<E> {
     now: Nanos,
     seq: u64,
     heap: BinaryHeap<Key>,
+    /// The heap's top key was delivered but is still in the heap: the next schedule
+    /// replaces it in place (one sift instead of a pop and a push, the "hold" operation).
+    top_consumed: bool,
     slab: Vec<Slot<E>>,
     free: Vec<u32>,
     live: usize,
@@ -83,6 +86,7 @@ impl<E> EventQueue<E> {
             now: 0,
             seq: 0,
             heap: BinaryHeap::with_capacity(limit.min(1 << 16)),
+            top_consumed: false,
             slab: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -137,10 +141,19 @@ impl<E> EventQueue<E> {
         let entry = &mut self.slab[slot as usize];
         entry.event = Some(event);
         entry.seq = seq;
-        self.heap.push(Key {
+        let key = Key {
             time: at,
             tie: seq << SLOT_BITS | u64::from(slot),
-        });
+        };
+        if self.top_consumed {
+            self.top_consumed = false;
+            if let Some(mut top) = self.heap.peek_mut() {
+                // Replacing the root only ever needs a sift down, done when `top` drops.
+                *top = key;
+            }
+        } else {
+            self.heap.push(key);
+        }
         self.live += 1;
         self.stats.pending_max = self.stats.pending_max.max(self.live);
         Ok(EventId { slot, seq })
@@ -174,17 +187,19 @@ impl<E> EventQueue<E> {
     /// Deliver the next event due at or before `end`, advancing time to it. Returns `None`
     /// (and leaves the event pending) when the next event is later than `end` or none is left.
     pub fn pop_until(&mut self, end: Nanos) -> Option<(Nanos, EventId, E)> {
+        self.drop_consumed_top();
         while let Some(&key) = self.heap.peek() {
             if key.time > end {
                 return None;
             }
-            self.heap.pop();
             let (slot, seq) = (key.slot(), key.seq());
             let entry = &mut self.slab[slot as usize];
             if entry.seq != seq {
-                continue; // cancelled: the slot is empty or holds a newer event
+                self.heap.pop(); // cancelled: the slot is empty or holds a newer event
+                continue;
             }
             let Some(event) = entry.event.take() else {
+                self.heap.pop();
                 continue;
             };
             entry.seq = u64::MAX;
@@ -192,9 +207,18 @@ impl<E> EventQueue<E> {
             self.live -= 1;
             self.now = key.time;
             self.stats.delivered += 1;
+            self.top_consumed = true;
             return Some((key.time, EventId { slot, seq }, event));
         }
         None
+    }
+
+    /// Remove the delivered top key if no schedule has replaced it.
+    fn drop_consumed_top(&mut self) {
+        if self.top_consumed {
+            self.top_consumed = false;
+            self.heap.pop();
+        }
     }
 
     /// Drop stale heap keys when they outnumber live events (keeps memory bounded under
@@ -203,6 +227,7 @@ impl<E> EventQueue<E> {
         if self.heap.len() <= 2 * self.live + 1024 {
             return;
         }
+        self.drop_consumed_top();
         let slab = &self.slab;
         self.heap.retain(|k| {
             let e = &slab[k.slot() as usize];
