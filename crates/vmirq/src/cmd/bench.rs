@@ -18,12 +18,13 @@ pub struct Args {
     /// Small matrix, finishes in under a minute.
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Every workload, queue depth and policy (about 15 minutes on 2 cores).
+    /// Every workload, queue depth and policy (about 11 minutes on 2 cores).
     #[arg(long)]
     full: bool,
-    /// vmirq targets to run instead of the preset's, comma-separated specs such as
-    /// `vmirq:vic,vmirq:none+kvm` (bare and qemu-storage-daemon always run).
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    /// A vmirq target to run instead of the preset's (repeatable), e.g. `--target vmirq:vic
+    /// --target vmirq:count:usecs=50,frames=32 --target vmirq:none+kvm`; bare and
+    /// qemu-storage-daemon always run.
+    #[arg(long = "target", value_name = "SPEC")]
     targets: Option<Vec<String>>,
     /// Repetitions of each cell (default: 3; 2 with --quick).
     #[arg(long, value_name = "N")]
