@@ -171,6 +171,13 @@ fn wake_cells(samples: u32, clock: TscClock) -> Result<Vec<(String, Cell)>> {
         (
             "irq_inject",
             CellConfig {
+                idle: Idle::SpinUser,
+                ..base
+            },
+        ),
+        (
+            "irq_inject_ring0",
+            CellConfig {
                 idle: Idle::Spin,
                 ..base
             },
