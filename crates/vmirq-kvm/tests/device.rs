@@ -1,9 +1,13 @@
 //! Real-KVM test of the moderated device. Skipped, with the reason printed, when `/dev/kvm`
 //! is unusable.
 
+use std::sync::Mutex;
 use std::time::Duration;
-use vmirq_kvm::device::{run_device, DeviceConfig};
+use vmirq_kvm::device::{run_device, DeviceConfig, DriverMode};
 use vmirq_kvm::host::TscClock;
+
+/// Runs pin threads to CPUs 0 and 1: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn kvm_or_skip(test: &str) -> bool {
     match vmirq_kvm::vm::probe() {
@@ -15,12 +19,13 @@ fn kvm_or_skip(test: &str) -> bool {
     }
 }
 
-fn run(spec: &str) -> vmirq_kvm::device::DeviceResult {
+fn run(spec: &str, mode: DriverMode) -> vmirq_kvm::device::DeviceResult {
     let cfg = DeviceConfig {
         moderation: spec.parse().expect("valid spec"),
         depth: 16,
         service_ns: 20_000,
         duration: Duration::from_millis(300),
+        mode,
     };
     let r = run_device(&cfg, TscClock::calibrate(Duration::from_millis(20))).expect("device runs");
     eprintln!("{r:?}");
@@ -32,14 +37,17 @@ fn completions_flow_and_a_count_policy_coalesces_interrupts() {
     if !kvm_or_skip("completions_flow_and_a_count_policy_coalesces_interrupts") {
         return;
     }
-    let none = run("none");
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let none = run("none", DriverMode::Halt);
     assert!(none.completions > 100, "requests complete through the ring");
     assert!(
         none.interrupts > 0 && none.handler_ns > 0,
         "irqfd interrupts reach the handler"
     );
     assert!(none.lat_ns.n > 0, "per-request latency is computed");
-    let count = run("count:usecs=200,frames=16");
+    let count = run("count:usecs=200,frames=16", DriverMode::Halt);
     assert!(count.completions > 100);
     // The guest takes interrupts only while halted and the LAPIC merges pending ones, so
     // delivered interrupts coalesce under any policy; the device's signals show the policy.
@@ -52,5 +60,25 @@ fn completions_flow_and_a_count_policy_coalesces_interrupts() {
         "count:frames=16 signals far less than once per completion ({} for {})",
         count.notifies,
         count.completions
+    );
+}
+
+#[test]
+fn a_ring3_driver_sees_fewer_interrupts_under_a_count_policy() {
+    if !kvm_or_skip("a_ring3_driver_sees_fewer_interrupts_under_a_count_policy") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let none = run("none", DriverMode::SpinUser);
+    let count = run("count:usecs=200,frames=16", DriverMode::SpinUser);
+    assert!(none.completions > 100 && count.completions > 100);
+    assert!(
+        count.irqs_per_completion < none.irqs_per_completion,
+        "a driver that is running when signals arrive takes fewer interrupts when they are \
+         coalesced ({} vs {})",
+        count.irqs_per_completion,
+        none.irqs_per_completion
     );
 }

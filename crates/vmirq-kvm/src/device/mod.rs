@@ -1,6 +1,6 @@
 //! `vmirq kvm device`: a moderated virtual device, for real. The guest driver
 //! ([`crate::guest::device`]) keeps `depth` requests outstanding on a ring in guest memory and
-//! kicks an ioeventfd; the VMM device thread (its own host CPU, polling the ring) completes
+//! kicks an MMIO ioeventfd; the VMM device thread (its own host CPU, polling the ring) completes
 //! each request `service_ns` after it saw it, publishes the used index, and signals the guest
 //! through an irqfd when a vmirq-policy completion policy says so. The guest handler logs
 //! when it ran and how far the used index had advanced, so per-request latency (guest submit
@@ -9,13 +9,14 @@
 mod engine;
 mod report;
 
+pub use crate::guest::device::DriverMode;
 pub use report::{html, table};
 
 use crate::dist::Summary;
 use crate::error::{Error, Result};
 use crate::guest::device::{program, HANDLER_TICKS, IRQ_LOG, IRQ_LOG_MAX, SEEN};
 use crate::host::{pin_to, TscClock};
-use crate::layout::{mailbox, port, WAKE_GSI, WAKE_VECTOR};
+use crate::layout::{self, mailbox, WAKE_GSI, WAKE_VECTOR};
 use crate::memory::GuestRam;
 use crate::vm::{Vm, VmConfig};
 use crate::wake::target;
@@ -37,6 +38,8 @@ pub struct DeviceConfig {
     pub service_ns: u64,
     /// Length of the run.
     pub duration: Duration,
+    /// Where the guest driver waits.
+    pub mode: DriverMode,
 }
 
 /// What one run measured.
@@ -48,6 +51,8 @@ pub struct DeviceResult {
     pub depth: u32,
     /// Service time.
     pub service_ns: u64,
+    /// Driver mode (`halt` or `spin-user`).
+    pub driver: String,
     /// Completions the guest consumed.
     pub completions: u64,
     /// Interrupts the guest handled.
@@ -79,14 +84,14 @@ pub fn run_device(cfg: &DeviceConfig, clock: TscClock) -> Result<DeviceResult> {
             vcpus: 1,
             halt_poll_ns: None,
         },
-        &program(cfg.depth)?,
+        &program(cfg.depth, cfg.mode)?,
     )?;
     let irqfd = vm.msi_irqfd(WAKE_GSI, 0, WAKE_VECTOR)?;
     let kick = EventFd::new(libc::EFD_NONBLOCK).map_err(Error::io("eventfd"))?;
     vm.fd
         .register_ioevent(
             &kick,
-            &IoEventAddress::Pio(u64::from(port::DOORBELL)),
+            &IoEventAddress::Mmio(layout::DOORBELL_MMIO),
             NoDatamatch,
         )
         .map_err(Error::kvm("KVM_IOEVENTFD"))?;
@@ -113,7 +118,13 @@ pub fn run_device(cfg: &DeviceConfig, clock: TscClock) -> Result<DeviceResult> {
     });
     ram.set_cell(mailbox::STOP, 1)?;
     irqfd.write(1).map_err(Error::io("irqfd write"))?;
-    running.join(Duration::from_secs(5))?;
+    if let Err(e) = running.join(Duration::from_secs(5)) {
+        let w0 = ram.cell(mailbox::FAULT_STACK0).unwrap_or(0);
+        let w1 = ram.cell(mailbox::FAULT_STACK1).unwrap_or(0);
+        return Err(Error::Guest(format!(
+            "{e} (stack at fault {w0:#x} {w1:#x})"
+        )));
+    }
     let counts = counts?;
     summarise(cfg, ram, &counts, clock)
 }
@@ -133,6 +144,10 @@ fn summarise(
         moderation: cfg.moderation.to_string(),
         depth: cfg.depth,
         service_ns: cfg.service_ns,
+        driver: match cfg.mode {
+            DriverMode::Halt => "halt".into(),
+            DriverMode::SpinUser => "spin-user".into(),
+        },
         completions,
         interrupts,
         notifies: c.notifies,

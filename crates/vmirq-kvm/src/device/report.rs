@@ -10,6 +10,7 @@ use crate::report::{us, Table};
 pub fn table(rows: &[DeviceResult]) -> Table {
     let mut t = Table::new(&[
         "moderation",
+        "driver",
         "depth",
         "svc_us",
         "compl/s",
@@ -24,6 +25,7 @@ pub fn table(rows: &[DeviceResult]) -> Table {
     for r in rows {
         t.row(vec![
             r.moderation.clone(),
+            r.driver.clone(),
             r.depth.to_string(),
             us(r.service_ns),
             format!("{:.0}", r.completions_per_sec),

@@ -12,6 +12,7 @@ pub mod wake;
 
 use crate::error::{Error, Result};
 use crate::layout::{self, port};
+use crate::longmode;
 use iced_x86::code_asm::{al, eax, ecx, edx, qword_ptr, r15, rax, rsp, CodeAssembler, CodeLabel};
 use iced_x86::{BlockEncoderOptions, IcedError};
 
@@ -104,6 +105,22 @@ impl Builder {
         self.a.wrmsr()?;
         self.wrmsr_const(msr::X2APIC_SVR, 0x1ff)?;
         self.wrmsr_const(msr::X2APIC_TPR, 0)
+    }
+
+    /// Continue at `target` in ring 3 with IOPL 3 (so `out`, `cli`, `sti` stay allowed) and
+    /// interrupts enabled, on the ring-3 stack; interrupts come back to ring 0 on TSS.RSP0.
+    pub(crate) fn enter_ring3(&mut self, target: CodeLabel) -> AsmResult {
+        self.a.mov(rax, u64::from(longmode::USER_DATA_SEL))?;
+        self.a.push(rax)?; // SS
+        self.a
+            .mov(rax, layout::STACK_TOP - 2 * layout::STACK_SIZE)?;
+        self.a.push(rax)?; // RSP
+        self.a.push(0x3202)?; // RFLAGS: IOPL 3, IF
+        self.a.mov(rax, u64::from(longmode::USER_CODE_SEL))?;
+        self.a.push(rax)?; // CS
+        self.a.lea(rax, qword_ptr(target))?;
+        self.a.push(rax)?; // RIP
+        self.a.iretq()
     }
 
     /// `out port, al` (8-bit port number).
@@ -229,7 +246,9 @@ mod tests {
             assert!(p.code.len() < layout::CODE_MAX);
         }
         assert!(super::exits::program(ExitOp::Baseline, 0).is_err());
-        assert!(super::device::program(16).is_ok());
-        assert!(super::device::program(0).is_err());
+        use super::device::DriverMode;
+        assert!(super::device::program(16, DriverMode::Halt).is_ok());
+        assert!(super::device::program(16, DriverMode::SpinUser).is_ok());
+        assert!(super::device::program(0, DriverMode::Halt).is_err());
     }
 }

@@ -7,8 +7,7 @@
 
 use super::{asm_error, msr, AsmResult, Builder, Program};
 use crate::error::Result;
-use crate::layout::{self, mailbox, port, WAKE_VECTOR};
-use crate::longmode::{USER_CODE_SEL, USER_DATA_SEL};
+use crate::layout::{mailbox, port, WAKE_VECTOR};
 use iced_x86::code_asm::{eax, ecx, edx, qword_ptr, r15, rax, rdx};
 
 /// How the target vCPU waits.
@@ -81,16 +80,7 @@ fn emit(b: &mut Builder, opts: WakeGuest) -> AsmResult {
 fn emit_user_spin(b: &mut Builder, opts: WakeGuest) -> AsmResult {
     let mut spin = b.a.create_label();
     let mut done = b.a.create_label();
-    b.a.mov(rax, u64::from(USER_DATA_SEL))?;
-    b.a.push(rax)?; // SS
-    b.a.mov(rax, layout::STACK_TOP - 2 * layout::STACK_SIZE)?;
-    b.a.push(rax)?; // RSP
-    b.a.push(0x3202)?; // RFLAGS: IOPL 3, IF
-    b.a.mov(rax, u64::from(USER_CODE_SEL))?;
-    b.a.push(rax)?; // CS
-    b.a.lea(rax, qword_ptr(spin))?;
-    b.a.push(rax)?; // RIP
-    b.a.iretq()?;
+    b.enter_ring3(spin)?;
     b.a.set_label(&mut spin)?;
     b.a.cmp(qword_ptr(r15 + mailbox::STOP), 0)?;
     b.a.jne(done)?;

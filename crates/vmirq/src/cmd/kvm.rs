@@ -116,6 +116,18 @@ struct DeviceArgs {
     /// Run length per cell, milliseconds.
     #[arg(long)]
     duration_ms: Option<u64>,
+    /// Guest driver: `spin-user` (ring 3, running when signals arrive) or `halt` (ring 0,
+    /// halts when its ring is full).
+    #[arg(long, default_value = "spin-user", value_parser = parse_driver)]
+    driver: vmirq_kvm::device::DriverMode,
+}
+
+fn parse_driver(s: &str) -> Result<vmirq_kvm::device::DriverMode, String> {
+    match s {
+        "spin-user" => Ok(vmirq_kvm::device::DriverMode::SpinUser),
+        "halt" => Ok(vmirq_kvm::device::DriverMode::Halt),
+        _ => Err(format!("unknown driver {s:?} (spin-user, halt)")),
+    }
 }
 
 fn parse_path(s: &str) -> Result<Path, String> {
@@ -326,6 +338,7 @@ fn run_device(a: DeviceArgs) -> anyhow::Result<ExitCode> {
                 depth,
                 service_ns: a.service_us * 1000,
                 duration: Duration::from_millis(duration_ms),
+                mode: a.driver,
             };
             let r = device::run_device(&cfg, clock)?;
             eprintln!(
