@@ -170,6 +170,36 @@ fn kv(
     write!(f, "{sep}{key}={value}")
 }
 
+/// Writes `key=value` for each parameter that differs from its default.
+fn non_default(
+    f: &mut fmt::Formatter<'_>,
+    first: &mut bool,
+    params: &[(&str, u64, u64)],
+) -> fmt::Result {
+    for &(key, cur, def) in params {
+        if cur != def {
+            kv(f, first, key, cur)?;
+        }
+    }
+    Ok(())
+}
+
+/// The grow/shrink parameters KVM and the guest haltpoll governor share, with their defaults.
+fn grow_shrink(
+    max_ns: u64,
+    grow: u32,
+    grow_start_ns: u64,
+    shrink: u32,
+    d: (u64, u32, u64, u32),
+) -> [(&'static str, u64, u64); 4] {
+    [
+        ("max_ns", max_ns, d.0),
+        ("grow", grow.into(), d.1.into()),
+        ("grow_start_ns", grow_start_ns, d.2),
+        ("shrink", shrink.into(), d.3.into()),
+    ]
+}
+
 impl fmt::Display for WaitSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
@@ -179,44 +209,36 @@ impl fmt::Display for WaitSpec {
             Self::Fixed(ns) => kv(f, &mut first, "ns", ns)?,
             Self::Kvm(c) => {
                 let d = KvmHaltPollConfig::default();
-                for (key, cur, def) in [
-                    ("max_ns", c.max_ns, d.max_ns),
-                    ("grow", c.grow.into(), d.grow.into()),
-                    ("grow_start_ns", c.grow_start_ns, d.grow_start_ns),
-                    ("shrink", c.shrink.into(), d.shrink.into()),
-                ] {
-                    if cur != def {
-                        kv(f, &mut first, key, cur)?;
-                    }
-                }
+                let defaults = (d.max_ns, d.grow, d.grow_start_ns, d.shrink);
+                non_default(
+                    f,
+                    &mut first,
+                    &grow_shrink(c.max_ns, c.grow, c.grow_start_ns, c.shrink, defaults),
+                )?;
             }
             Self::GuestHaltpoll(c) => {
                 let d = GuestHaltpollConfig::default();
-                for (key, cur, def) in [
-                    ("max_ns", c.max_ns, d.max_ns),
-                    ("grow", c.grow.into(), d.grow.into()),
-                    ("grow_start_ns", c.grow_start_ns, d.grow_start_ns),
-                    ("shrink", c.shrink.into(), d.shrink.into()),
-                ] {
-                    if cur != def {
-                        kv(f, &mut first, key, cur)?;
-                    }
-                }
+                let defaults = (d.max_ns, d.grow, d.grow_start_ns, d.shrink);
+                non_default(
+                    f,
+                    &mut first,
+                    &grow_shrink(c.max_ns, c.grow, c.grow_start_ns, c.shrink, defaults),
+                )?;
                 if !c.allow_shrink {
                     kv(f, &mut first, "allow_shrink", "off")?;
                 }
             }
             Self::Histogram(c) => {
                 let d = HistogramConfig::default();
-                for (key, cur, def) in [
-                    ("max_ns", c.max_ns, d.max_ns),
-                    ("wake_ns", c.wake_ns, d.wake_ns),
-                    ("cpu_pct", c.cpu_pct.into(), d.cpu_pct.into()),
-                ] {
-                    if cur != def {
-                        kv(f, &mut first, key, cur)?;
-                    }
-                }
+                non_default(
+                    f,
+                    &mut first,
+                    &[
+                        ("max_ns", c.max_ns, d.max_ns),
+                        ("wake_ns", c.wake_ns, d.wake_ns),
+                        ("cpu_pct", c.cpu_pct.into(), d.cpu_pct.into()),
+                    ],
+                )?;
             }
         }
         Ok(())
