@@ -3,7 +3,7 @@
 use core::fmt;
 use core::str::FromStr;
 
-use super::params::{split_spec, Params, SpecError};
+use super::params::{split_spec, Params, SpecError, Value};
 use super::Text;
 use crate::wait::{
     Fixed, GuestHaltpoll, GuestHaltpollConfig, Histogram, HistogramConfig, KvmHaltPoll,
@@ -57,17 +57,40 @@ impl WaitSpec {
     }
 }
 
+/// The grow/shrink knobs KVM halt polling and the guest haltpoll governor share.
+struct GrowShrink<'a> {
+    max_ns: &'a mut Nanos,
+    grow: &'a mut u32,
+    grow_start_ns: &'a mut Nanos,
+    shrink: &'a mut u32,
+}
+
+impl GrowShrink<'_> {
+    /// Parse one of the shared keys; `false` if `key` is not one of them.
+    fn set(&mut self, key: &str, v: &Value<'_>) -> Result<bool, SpecError> {
+        match key {
+            "max_ns" => *self.max_ns = v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?,
+            "grow" => *self.grow = v.u32(0, 1024, "a multiplier, 0 to 1024")?,
+            "grow_start_ns" => {
+                *self.grow_start_ns = v.int(1, WINDOW_MAX_NS, "nanoseconds, 1 to 1000000000")?
+            }
+            "shrink" => *self.shrink = v.u32(0, 1024, "a divisor, 0 to 1024")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 fn parse_kvm(mut p: Params<'_>) -> Result<KvmHaltPollConfig, SpecError> {
     let mut c = KvmHaltPollConfig::default();
     while let Some((key, v)) = p.next_param()? {
-        match key {
-            "max_ns" => c.max_ns = v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?,
-            "grow" => c.grow = v.u32(0, 1024, "a multiplier, 0 to 1024")?,
-            "grow_start_ns" => {
-                c.grow_start_ns = v.int(1, WINDOW_MAX_NS, "nanoseconds, 1 to 1000000000")?
-            }
-            _ => c.shrink = v.u32(0, 1024, "a divisor, 0 to 1024")?,
+        GrowShrink {
+            max_ns: &mut c.max_ns,
+            grow: &mut c.grow,
+            grow_start_ns: &mut c.grow_start_ns,
+            shrink: &mut c.shrink,
         }
+        .set(key, &v)?;
     }
     Ok(c)
 }
@@ -75,14 +98,15 @@ fn parse_kvm(mut p: Params<'_>) -> Result<KvmHaltPollConfig, SpecError> {
 fn parse_haltpoll(mut p: Params<'_>) -> Result<GuestHaltpollConfig, SpecError> {
     let mut c = GuestHaltpollConfig::default();
     while let Some((key, v)) = p.next_param()? {
-        match key {
-            "max_ns" => c.max_ns = v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?,
-            "grow" => c.grow = v.u32(0, 1024, "a multiplier, 0 to 1024")?,
-            "grow_start_ns" => {
-                c.grow_start_ns = v.int(1, WINDOW_MAX_NS, "nanoseconds, 1 to 1000000000")?
-            }
-            "shrink" => c.shrink = v.u32(0, 1024, "a divisor, 0 to 1024")?,
-            _ => c.allow_shrink = v.flag()?,
+        let shared = GrowShrink {
+            max_ns: &mut c.max_ns,
+            grow: &mut c.grow,
+            grow_start_ns: &mut c.grow_start_ns,
+            shrink: &mut c.shrink,
+        }
+        .set(key, &v)?;
+        if !shared {
+            c.allow_shrink = v.flag()?;
         }
     }
     Ok(c)
