@@ -23,15 +23,40 @@ struct Slot {
     io: Option<usize>,
 }
 
+/// The request slots of one batch, reused by the next (emptied, capacity kept). Storage
+/// operations are not kept: they hold raw iovec pointers into guest memory, which must not
+/// outlive the batch (and would make the engine `!Send`).
+#[derive(Default)]
+pub(super) struct BatchBuffers {
+    slots: Vec<Slot>,
+}
+
 impl QueueEngine {
     /// Pop, execute and complete every chain available now. Returns how many there were.
+    ///
+    /// The clock is read twice per batch, not per request: once for the submissions (all
+    /// chains are popped together) and once when storage has finished (all completions
+    /// become visible together).
     pub(super) fn process_batch(
         &mut self,
         ring: &mut dyn Ring,
         mem: &GuestMemoryMmap,
     ) -> Result<usize, EngineError> {
-        let mut slots = Vec::new();
+        let mut slots = std::mem::take(&mut self.buffers.slots);
+        slots.clear();
+        let result = self.run_batch(ring, mem, &mut slots);
+        self.buffers.slots = slots;
+        result
+    }
+
+    fn run_batch(
+        &mut self,
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+        slots: &mut Vec<Slot>,
+    ) -> Result<usize, EngineError> {
         let mut ios = Vec::new();
+        let submitted_at = now_ns();
         let queue = ring.queue_mut();
         let mut last = Decision::Idle;
         let mut notify_at_submit = false;
@@ -42,7 +67,7 @@ impl QueueEngine {
                 Err(rej) => rejected_slot(rej),
             };
             slots.push(slot);
-            last = self.parts.moderation.on_event(now_ns(), Event::Submit);
+            last = self.parts.moderation.on_event(submitted_at, Event::Submit);
             notify_at_submit |= last == Decision::Notify;
         }
         if slots.is_empty() {
@@ -52,7 +77,7 @@ impl QueueEngine {
             self.notify(ring, mem)?;
         }
         self.parts.io.execute(&mut ios);
-        for slot in &mut slots {
+        for slot in slots.iter_mut() {
             if let Some(i) = slot.io {
                 if !ios[i].ok {
                     slot.status = status::IOERR;
@@ -60,12 +85,13 @@ impl QueueEngine {
                 }
             }
         }
-        for slot in &slots {
+        let completed_at = now_ns();
+        for slot in slots.iter() {
             self.complete(slot, ring, mem)?;
             last = self
                 .parts
                 .moderation
-                .on_event(now_ns(), Event::Complete(slot.meta));
+                .on_event(completed_at, Event::Complete(slot.meta));
             // Signal as soon as the policy says so: the driver can start reaping (and
             // resubmitting) while the rest of the batch completes. EVENT_IDX suppresses
             // signals the driver has not asked for yet.

@@ -84,6 +84,8 @@ pub struct QueueEngine {
     /// The engine stopped early and must be resumed by its (immediately armed) timer.
     resume: bool,
     broken: bool,
+    /// Request slots and storage operations, kept between batches so a batch allocates nothing.
+    buffers: batch::BatchBuffers,
 }
 
 impl QueueEngine {
@@ -98,6 +100,7 @@ impl QueueEngine {
             sleeping_since: None,
             resume: false,
             broken: false,
+            buffers: batch::BatchBuffers::default(),
         })
     }
 
