@@ -2,14 +2,15 @@
 //! whose completion notifications go through a vmirq-policy [`Moderation`] at the virtual
 //! device (the hypervisor side), exactly as the real backend does.
 
-use super::{Core, Ev, Irq, IrqSrc, Result, VcpuId};
+use super::moderated::QueueTarget;
+use super::{Core, Ev, Result, VcpuId};
 use crate::engine::Timer;
 use crate::rng::Rng;
 use crate::Nanos;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use vmirq_policy::moderation::{
-    CompletionMeta, Decision, Event, Knob, Moderation, Moderator, RequestKind,
+    CompletionMeta, Decision, Event, Moderation, Moderator, RequestKind,
 };
 
 /// Service-time distribution of a device.
@@ -155,55 +156,21 @@ impl Core {
 
     /// Record the policy's knob when it changes (e.g. the vIC ratio over time).
     fn record_knob(&mut self, d: usize) {
-        let now = self.now();
-        let (name, v) = match self.devs[d].policy.knob() {
-            Knob::Ratio {
-                deliver,
-                of,
-                active,
-            } => {
-                let r = if active {
-                    i64::from(deliver) * 1000 / i64::from(of.max(1))
-                } else {
-                    1000
-                };
-                ("vic_ratio_permille", r)
-            }
-            Knob::Profile { usecs, .. } => ("dim_usecs", i64::from(usecs)),
-            Knob::Gap { ns } => ("gap_ns", i64::try_from(ns).unwrap_or(i64::MAX)),
-            Knob::Budget { batch_cap, .. } => ("budget_batch_cap", i64::from(batch_cap)),
-            Knob::Fixed => return,
-        };
-        if self.devs[d].last_knob != Some(v) {
-            self.devs[d].last_knob = Some(v);
-            self.metrics.point(name, now, v);
-        }
+        let knob = self.devs[d].policy.knob();
+        let mut last = self.devs[d].last_knob;
+        self.record_knob_point(knob, &mut last);
+        self.devs[d].last_knob = last;
     }
 
     fn apply_decision(&mut self, d: usize, dec: Decision) -> Result<()> {
-        let now = self.now();
-        let mut timer = self.devs[d].timer;
-        match dec {
-            Decision::Notify => {
-                timer.cancel(&mut self.q);
-                self.metrics.count("notifications");
-                let v = self.devs[d].vcpu;
-                let queue = u16::try_from(d).unwrap_or(u16::MAX);
-                self.deliver(
-                    v,
-                    Irq {
-                        src: IrqSrc::Device { queue },
-                        sent: now,
-                    },
-                    None,
-                )?;
-            }
-            Decision::Hold { deadline } => {
-                timer.arm(&mut self.q, deadline.max(now), Ev::ModTimer(d))?
-            }
-            Decision::Idle => timer.cancel(&mut self.q),
-        }
-        self.devs[d].timer = timer;
+        let target = QueueTarget {
+            vcpu: self.devs[d].vcpu,
+            queue: d,
+            timer_event: Ev::ModTimer(d),
+            sent_metric: "notifications",
+            suppressed_metric: None,
+        };
+        self.devs[d].timer = self.apply_moderation(self.devs[d].timer, dec, target)?;
         Ok(())
     }
 }

@@ -10,6 +10,7 @@
 mod cpu;
 pub mod device;
 pub mod metrics;
+mod moderated;
 pub mod nic;
 mod vcpu;
 

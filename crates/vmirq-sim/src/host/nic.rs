@@ -3,12 +3,13 @@
 //! guest's NAPI poll runs it suppresses interrupts (as virtio-net does), so the policy's
 //! notifications during NAPI are not delivered.
 
-use super::{Core, Ev, Irq, IrqSrc, Result, VcpuId};
+use super::moderated::QueueTarget;
+use super::{Core, Ev, Result, VcpuId};
 use crate::engine::Timer;
 use crate::Nanos;
 use std::collections::VecDeque;
 use vmirq_policy::moderation::{
-    CompletionMeta, Decision, Event, Knob, Moderation, Moderator, RequestKind,
+    CompletionMeta, Decision, Event, Moderation, Moderator, RequestKind,
 };
 
 /// One received packet.
@@ -93,51 +94,21 @@ impl Core {
     }
 
     fn nic_knob(&mut self, q: usize) {
-        let now = self.now();
-        let (name, v) = match self.nics[q].policy.knob() {
-            Knob::Profile { usecs, .. } => ("dim_usecs", i64::from(usecs)),
-            Knob::Budget { batch_cap, .. } => ("budget_batch_cap", i64::from(batch_cap)),
-            Knob::Ratio { deliver, of, .. } => (
-                "vic_ratio_permille",
-                i64::from(deliver) * 1000 / i64::from(of.max(1)),
-            ),
-            Knob::Gap { ns } => ("gap_ns", i64::try_from(ns).unwrap_or(i64::MAX)),
-            Knob::Fixed => return,
-        };
-        if self.nics[q].last_knob != Some(v) {
-            self.nics[q].last_knob = Some(v);
-            self.metrics.point(name, now, v);
-        }
+        let knob = self.nics[q].policy.knob();
+        let mut last = self.nics[q].last_knob;
+        self.record_knob_point(knob, &mut last);
+        self.nics[q].last_knob = last;
     }
 
     fn nic_apply(&mut self, q: usize, dec: Decision) -> Result<()> {
-        let now = self.now();
-        let mut timer = self.nics[q].timer;
-        match dec {
-            Decision::Notify => {
-                timer.cancel(&mut self.q);
-                if self.nics[q].suppressed {
-                    self.metrics.count("nic_irqs_suppressed");
-                } else {
-                    self.metrics.count("nic_irqs");
-                    let v = self.nics[q].vcpu;
-                    let queue = u16::try_from(q).unwrap_or(u16::MAX);
-                    self.deliver(
-                        v,
-                        Irq {
-                            src: IrqSrc::Device { queue },
-                            sent: now,
-                        },
-                        None,
-                    )?;
-                }
-            }
-            Decision::Hold { deadline } => {
-                timer.arm(&mut self.q, deadline.max(now), Ev::NicTimer(q))?
-            }
-            Decision::Idle => timer.cancel(&mut self.q),
-        }
-        self.nics[q].timer = timer;
+        let target = QueueTarget {
+            vcpu: self.nics[q].vcpu,
+            queue: q,
+            timer_event: Ev::NicTimer(q),
+            sent_metric: "nic_irqs",
+            suppressed_metric: self.nics[q].suppressed.then_some("nic_irqs_suppressed"),
+        };
+        self.nics[q].timer = self.apply_moderation(self.nics[q].timer, dec, target)?;
         Ok(())
     }
 }
