@@ -1,23 +1,11 @@
 //! Real-KVM test of the moderated device. Skipped, with the reason printed, when `/dev/kvm`
 //! is unusable.
 
-use std::sync::Mutex;
+mod common;
+
 use std::time::Duration;
 use vmirq_kvm::device::{run_device, DeviceConfig, DriverMode};
 use vmirq_kvm::host::TscClock;
-
-/// Runs pin threads to CPUs 0 and 1: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn kvm_or_skip(test: &str) -> bool {
-    match vmirq_kvm::vm::probe() {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            false
-        }
-    }
-}
 
 fn run(spec: &str, mode: DriverMode) -> vmirq_kvm::device::DeviceResult {
     let cfg = DeviceConfig {
@@ -34,12 +22,11 @@ fn run(spec: &str, mode: DriverMode) -> vmirq_kvm::device::DeviceResult {
 
 #[test]
 fn completions_flow_and_a_count_policy_coalesces_interrupts() {
-    if !kvm_or_skip("completions_flow_and_a_count_policy_coalesces_interrupts") {
+    let Some(_serial) =
+        common::kvm_or_skip("completions_flow_and_a_count_policy_coalesces_interrupts")
+    else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let none = run("none", DriverMode::Halt);
     assert!(none.completions > 100, "requests complete through the ring");
     assert!(
@@ -65,12 +52,11 @@ fn completions_flow_and_a_count_policy_coalesces_interrupts() {
 
 #[test]
 fn a_ring3_driver_sees_fewer_interrupts_under_a_count_policy() {
-    if !kvm_or_skip("a_ring3_driver_sees_fewer_interrupts_under_a_count_policy") {
+    let Some(_serial) =
+        common::kvm_or_skip("a_ring3_driver_sees_fewer_interrupts_under_a_count_policy")
+    else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let none = run("none", DriverMode::SpinUser);
     let count = run("count:usecs=200,frames=16", DriverMode::SpinUser);
     assert!(none.completions > 100 && count.completions > 100);

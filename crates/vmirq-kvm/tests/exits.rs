@@ -1,31 +1,17 @@
 //! Real-KVM tests of the exit-cost loops and the costs file. Skipped, with the reason
 //! printed, when `/dev/kvm` is unusable.
 
-use std::sync::Mutex;
+mod common;
+
 use std::time::Duration;
 use vmirq_kvm::guest::exits::ExitOp;
 use vmirq_kvm::host::TscClock;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn kvm_or_skip(test: &str) -> bool {
-    match vmirq_kvm::vm::probe() {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            false
-        }
-    }
-}
-
 #[test]
 fn every_exit_loop_runs_with_the_expected_userspace_exits() {
-    if !kvm_or_skip("every_exit_loop_runs") {
+    let Some(_serial) = common::kvm_or_skip("every_exit_loop_runs") else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let n = 40;
     for op in ExitOp::ALL {

@@ -1,23 +1,12 @@
 //! Real-KVM tests of the userspace halt path. Skipped, with the reason printed, when
 //! `/dev/kvm` is unusable.
 
-use std::sync::Mutex;
+mod common;
+
 use std::time::Duration;
 use vmirq_kvm::host::TscClock;
 use vmirq_kvm::userhalt::{parse_wait, run_halt_cell, Poller};
 use vmirq_kvm::wake::Placement;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn kvm_or_skip(test: &str) -> bool {
-    match vmirq_kvm::vm::probe() {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            false
-        }
-    }
-}
 
 fn run(spec: &str) -> vmirq_kvm::userhalt::HaltCell {
     let clock = TscClock::calibrate(Duration::from_millis(20));
@@ -29,12 +18,9 @@ fn run(spec: &str) -> vmirq_kvm::userhalt::HaltCell {
 
 #[test]
 fn never_policy_sleeps_on_every_halt_and_injection_reaches_the_handler() {
-    if !kvm_or_skip("never_policy_sleeps_on_every_halt") {
+    let Some(_serial) = common::kvm_or_skip("never_policy_sleeps_on_every_halt") else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let c = run("never");
     assert_eq!(
         c.samples, 80,
@@ -50,12 +36,9 @@ fn never_policy_sleeps_on_every_halt_and_injection_reaches_the_handler() {
 
 #[test]
 fn fixed_policy_polls_within_its_window_and_catches_wakes() {
-    if !kvm_or_skip("fixed_policy_polls_within_its_window") {
+    let Some(_serial) = common::kvm_or_skip("fixed_policy_polls_within_its_window") else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let c = run("fixed:ns=400000");
     assert_eq!(c.samples, 80);
     assert_eq!(c.max_window_ns, 400_000, "the policy's window was used");
@@ -78,12 +61,9 @@ fn fixed_policy_polls_within_its_window_and_catches_wakes() {
 
 #[test]
 fn adaptive_policies_run_on_the_halt_path() {
-    if !kvm_or_skip("adaptive_policies_run_on_the_halt_path") {
+    let Some(_serial) = common::kvm_or_skip("adaptive_policies_run_on_the_halt_path") else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     for spec in [
         "kvm:max_ns=200000",
         "guest-haltpoll:max_ns=200000",

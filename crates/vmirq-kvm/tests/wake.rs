@@ -1,24 +1,12 @@
 //! Real-KVM tests of the wake path. Each test prints why and returns early when `/dev/kvm`
 //! is unusable (the skip reason is visible with `--nocapture` and in the test output).
 
-use std::sync::Mutex;
+mod common;
+
 use std::time::Duration;
 use vmirq_kvm::guest::wake::Idle;
 use vmirq_kvm::host::TscClock;
 use vmirq_kvm::wake::{run_cell, CellConfig, Path, Placement};
-
-/// Measurements pin threads to CPUs 0 and 1: run them one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn kvm_or_skip(test: &str) -> bool {
-    match vmirq_kvm::vm::probe() {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            false
-        }
-    }
-}
 
 fn cell(path: Path, halt_poll_ns: u64) -> CellConfig {
     CellConfig {
@@ -34,12 +22,9 @@ fn cell(path: Path, halt_poll_ns: u64) -> CellConfig {
 
 #[test]
 fn irqfd_msi_interrupt_reaches_the_handler_and_stats_count_halts() {
-    if !kvm_or_skip("irqfd_msi_interrupt_reaches_the_handler") {
+    let Some(_serial) = common::kvm_or_skip("irqfd_msi_interrupt_reaches_the_handler") else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let c = run_cell(&cell(Path::Irqfd, 200_000), clock).expect("wake cell runs");
     eprintln!("{c:?}");
@@ -56,12 +41,9 @@ fn irqfd_msi_interrupt_reaches_the_handler_and_stats_count_halts() {
 
 #[test]
 fn ipi_from_second_vcpu_reaches_the_handler() {
-    if !kvm_or_skip("ipi_from_second_vcpu_reaches_the_handler") {
+    let Some(_serial) = common::kvm_or_skip("ipi_from_second_vcpu_reaches_the_handler") else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let c = run_cell(&cell(Path::Ipi, 0), clock).expect("ipi cell runs");
     eprintln!("{c:?}");
@@ -72,12 +54,10 @@ fn ipi_from_second_vcpu_reaches_the_handler() {
 
 #[test]
 fn irqfd_interrupt_reaches_a_vcpu_spinning_in_ring3() {
-    if !kvm_or_skip("irqfd_interrupt_reaches_a_vcpu_spinning_in_ring3") {
+    let Some(_serial) = common::kvm_or_skip("irqfd_interrupt_reaches_a_vcpu_spinning_in_ring3")
+    else {
         return;
-    }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let cfg = CellConfig {
         idle: Idle::SpinUser,
