@@ -110,11 +110,8 @@ impl Moderator for Budget {
             }
         }
     }
-    fn held(&self) -> u32 {
-        self.pending.held
-    }
-    fn in_flight(&self) -> u32 {
-        self.pending.cif
+    fn pending(&self) -> &Pending {
+        &self.pending
     }
     fn max_hold_ns(&self) -> Nanos {
         self.budget_ns

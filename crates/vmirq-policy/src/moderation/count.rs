@@ -131,11 +131,8 @@ impl Moderator for Count {
             Event::Timer => self.check(now),
         }
     }
-    fn held(&self) -> u32 {
-        self.pending.held
-    }
-    fn in_flight(&self) -> u32 {
-        self.pending.cif
+    fn pending(&self) -> &Pending {
+        &self.pending
     }
     fn max_hold_ns(&self) -> Nanos {
         if self.disabled() {

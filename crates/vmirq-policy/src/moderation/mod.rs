@@ -165,10 +165,16 @@ pub enum Knob {
 pub trait Moderator {
     /// Feed one event at time `now`; returns what the caller must do.
     fn on_event(&mut self, now: Nanos, event: Event) -> Decision;
+    /// The policy's in-flight and held bookkeeping.
+    fn pending(&self) -> &Pending;
     /// Completions held back right now (not yet covered by a notification).
-    fn held(&self) -> u32;
+    fn held(&self) -> u32 {
+        self.pending().held
+    }
     /// Commands in flight as the policy counts them (submits minus completions).
-    fn in_flight(&self) -> u32;
+    fn in_flight(&self) -> u32 {
+        self.pending().cif
+    }
     /// The longest any single completion can be held, in nanoseconds (the policy's bound).
     fn max_hold_ns(&self) -> Nanos;
     /// The current setting of the adaptive knob.

@@ -24,11 +24,8 @@ impl Moderator for NoModeration {
             Event::Timer => Decision::Idle,
         }
     }
-    fn held(&self) -> u32 {
-        self.pending.held
-    }
-    fn in_flight(&self) -> u32 {
-        self.pending.cif
+    fn pending(&self) -> &Pending {
+        &self.pending
     }
     fn max_hold_ns(&self) -> Nanos {
         0

@@ -1,8 +1,8 @@
 //! [`Moderation`]: one enum over every completion policy, so callers hold any policy by value
 //! (no allocation, no trait objects) and dispatch with a match.
 
-use super::Count;
 use super::{Budget, Decision, Dim, Event, IpiGap, Knob, Moderator, NoModeration, Spdk, Vic};
+use super::{Count, Pending};
 use crate::Nanos;
 
 /// Any completion moderation policy.
@@ -43,11 +43,8 @@ impl Moderator for Moderation {
     fn on_event(&mut self, now: Nanos, event: Event) -> Decision {
         each!(self, p => p.on_event(now, event))
     }
-    fn held(&self) -> u32 {
-        each!(self, p => p.held())
-    }
-    fn in_flight(&self) -> u32 {
-        each!(self, p => p.in_flight())
+    fn pending(&self) -> &Pending {
+        each!(self, p => p.pending())
     }
     fn max_hold_ns(&self) -> Nanos {
         each!(self, p => p.max_hold_ns())

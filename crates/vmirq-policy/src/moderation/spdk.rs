@@ -109,11 +109,8 @@ impl Moderator for Spdk {
             Event::Timer => self.signal_if_due(now),
         }
     }
-    fn held(&self) -> u32 {
-        self.pending.held
-    }
-    fn in_flight(&self) -> u32 {
-        self.pending.cif
+    fn pending(&self) -> &Pending {
+        &self.pending
     }
     fn max_hold_ns(&self) -> Nanos {
         if self.delay_base_ns == 0 {

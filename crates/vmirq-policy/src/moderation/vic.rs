@@ -265,11 +265,8 @@ impl Moderator for Vic {
             }
         }
     }
-    fn held(&self) -> u32 {
-        self.state.pending.held
-    }
-    fn in_flight(&self) -> u32 {
-        self.state.pending.cif
+    fn pending(&self) -> &Pending {
+        &self.state.pending
     }
     fn max_hold_ns(&self) -> Nanos {
         self.max_delay_ns

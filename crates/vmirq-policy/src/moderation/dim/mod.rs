@@ -21,7 +21,9 @@ pub use profiles::{net_table, DimDirection, DimMode, DimProfile, NET_DEFAULT_IND
 pub use rdma::RdmaDim;
 pub use stats::{calc_stats, DimSample, DimStats, Verdict, DIM_NEVENTS};
 
-use super::{CompletionMeta, Count, CountConfig, Decision, Event, Knob, Moderator, RequestKind};
+use super::{
+    CompletionMeta, Count, CountConfig, Decision, Event, Knob, Moderator, Pending, RequestKind,
+};
 use crate::Nanos;
 
 /// Which DIM algorithm.
@@ -201,11 +203,8 @@ impl Moderator for Dim {
         }
         decision
     }
-    fn held(&self) -> u32 {
-        self.count.held()
-    }
-    fn in_flight(&self) -> u32 {
-        self.count.in_flight()
+    fn pending(&self) -> &Pending {
+        self.count.pending()
     }
     fn max_hold_ns(&self) -> Nanos {
         // The largest profile bounds any hold, whatever profile DIM moves to.
