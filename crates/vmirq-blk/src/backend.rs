@@ -4,8 +4,9 @@
 //!
 //! Event ids in each worker's epoll: `0..k` are the kicks of the worker's `k` vrings (ids
 //! are positions among the worker's vrings; registered by vhost-user-backend), `queues` is
-//! its exit/enable event, and `queues + 1 + q` is the hold timer of queue `q` (registered by
-//! the server after the daemon is created).
+//! its exit/enable event, `queues + 1 + q` is the hold timer of queue `q` and
+//! `2 * queues + 1 + q` its storage completion fd, if it has one (both registered by the
+//! server after the daemon is created).
 
 use crate::engine::{QueueEngine, Ring};
 use crate::virtio::{feature, BlkConfig};
@@ -86,6 +87,19 @@ impl BlkBackend {
     pub fn timer_fd(&self, q: usize) -> Option<RawFd> {
         let e = self.engines.get(q)?;
         Some(e.lock().unwrap_or_else(PoisonError::into_inner).timer_fd())
+    }
+
+    /// Storage completion fd of queue `q`, when its storage completes asynchronously.
+    #[must_use]
+    pub fn io_fd(&self, q: usize) -> Option<RawFd> {
+        let e = self.engines.get(q)?;
+        e.lock().unwrap_or_else(PoisonError::into_inner).io_fd()
+    }
+
+    /// Epoll event id of queue `q`'s storage completion fd.
+    #[must_use]
+    pub fn io_event(&self, q: usize) -> u64 {
+        (2 * self.engines.len() + 1 + q) as u64
     }
 
     /// Epoll event id of queue `q`'s hold timer.
@@ -230,7 +244,7 @@ impl VhostUserBackend for BlkBackend {
         if !evset.contains(EventSet::IN) {
             return Ok(());
         }
-        let mem = self.mem.memory();
+        let mem = self.mem.memory().into_inner();
         if event < vrings.len() {
             // Kick ids are positions among this worker's vrings, not queue numbers.
             if let Some(q) = global_index(&self.masks, thread_id, event) {
@@ -239,6 +253,9 @@ impl VhostUserBackend for BlkBackend {
         } else if event > n && event <= 2 * n {
             let q = event - n - 1;
             self.with_engine(q, vrings, thread_id, |e, r| e.on_timer(r, &mem));
+        } else if event > 2 * n && event <= 3 * n {
+            let q = event - 2 * n - 1;
+            self.with_engine(q, vrings, thread_id, |e, r| e.on_io(r, &mem));
         } else {
             tracing::warn!(event = device_event, "unknown worker event");
         }

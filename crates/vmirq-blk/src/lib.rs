@@ -23,6 +23,8 @@ pub mod config;
 pub mod counters;
 pub mod engine;
 pub mod guest_io;
+#[cfg(feature = "test-utils")]
+pub mod manual_io;
 pub mod metrics;
 #[cfg(feature = "test-utils")]
 pub mod mock_guest;

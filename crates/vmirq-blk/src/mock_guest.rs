@@ -71,8 +71,8 @@ pub struct Submitted {
 
 /// The mock guest.
 pub struct MockGuest {
-    /// Guest memory.
-    pub mem: GuestMemoryMmap,
+    /// Guest memory (shared, as the engine keeps it alive for requests in flight).
+    pub mem: std::sync::Arc<GuestMemoryMmap>,
     /// The ring half handed to the engine.
     pub ring: MockRing,
     desc_table: GuestAddress,
@@ -133,7 +133,7 @@ impl MockGuest {
             signals: Cell::new(0),
         };
         Self {
-            mem,
+            mem: std::sync::Arc::new(mem),
             ring,
             desc_table,
             avail,
@@ -417,9 +417,20 @@ impl TestDevice {
     pub fn new(o: DeviceOpts) -> Self {
         use crate::storage::Disk;
         let disk = crate::storage::RamDisk::new(o.disk_bytes).expect("ram disk");
+        let io = disk.open_queue(u32::from(o.queue_size)).expect("queue io");
+        Self::with_io(o, io)
+    }
+
+    /// Build a device over the storage context `io` (e.g. a [`crate::manual_io::ManualIo`]);
+    /// the disk size comes from `o.disk_bytes`.
+    ///
+    /// # Panics
+    /// On setup failure (test setup, not guest input).
+    #[must_use]
+    pub fn with_io(o: DeviceOpts, io: Box<dyn crate::storage::QueueIo>) -> Self {
         let counters = std::sync::Arc::new(crate::counters::QueueCounters::default());
         let geometry = crate::request::DiskGeometry {
-            capacity_bytes: disk.capacity_bytes(),
+            capacity_bytes: crate::storage::whole_sectors(o.disk_bytes),
             read_only: o.read_only,
             discard: !o.read_only,
             write_zeroes: !o.read_only,
@@ -427,7 +438,7 @@ impl TestDevice {
         };
         let parts = crate::engine::EngineParts {
             index: 0,
-            io: disk.open_queue(u32::from(o.queue_size)).expect("queue io"),
+            io,
             geometry,
             device_id: *TEST_SERIAL,
             moderation: o.moderation.build(),
@@ -446,6 +457,11 @@ impl TestDevice {
     /// The guest kicks the queue.
     pub fn kick(&mut self) {
         self.engine.on_kick(&mut self.guest.ring, &self.guest.mem);
+    }
+
+    /// The storage completion fd became readable.
+    pub fn io_ready(&mut self) {
+        self.engine.on_io(&mut self.guest.ring, &self.guest.mem);
     }
 
     /// The hold timer fd became readable (a no-op if it has not expired).

@@ -174,6 +174,9 @@ impl Server {
                 if let Some(fd) = backend.timer_fd(q) {
                     handler.register_listener(fd, EventSet::IN, backend.timer_event(q))?;
                 }
+                if let Some(fd) = backend.io_fd(q) {
+                    handler.register_listener(fd, EventSet::IN, backend.io_event(q))?;
+                }
             }
         }
         daemon.start(listener).map_err(daemon_error)?;

@@ -1,113 +1,229 @@
-//! One batch: pop every available chain, validate, execute on storage, complete.
+//! Requests on their way through the queue: pop available chains (as many as free tags
+//! allow), validate them, start their storage operations; later, put finished requests in
+//! the used ring and feed each completion to the moderation policy.
+//!
+//! Storage completes asynchronously (the file backend) or inside `start` (RAM and null
+//! disks); both look the same here: finished operations come back from `QueueIo::reap` with
+//! the tag they were started under. A request in flight keeps the guest-memory snapshot its
+//! buffers point into, so a memory-table change cannot unmap them under the kernel.
 
 use super::{EngineError, QueueEngine, Ring};
 use crate::clock::now_ns;
 use crate::counters::QueueCounters;
 use crate::guest_io;
 use crate::request::{self, Request, RequestType};
-use crate::storage::{Io, IoKind};
+use crate::storage::{Done, Io, IoKind};
 use crate::virtio::status;
+use std::sync::Arc;
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, Decision, Event, Moderator, RequestKind};
 
-/// A request of the batch on its way to completion.
-struct Slot {
+/// A request between parsing and completion.
+pub(super) struct Slot {
     head: u16,
     status_addr: Option<GuestAddress>,
     status: u8,
     /// Bytes written into device-writable buffers, not counting the status byte.
     written: u32,
     meta: CompletionMeta,
-    /// Index into the storage batch, when the request needs storage.
-    io: Option<usize>,
 }
 
-/// The request slots of one batch, reused by the next (emptied, capacity kept). Storage
-/// operations are not kept: they hold raw iovec pointers into guest memory, which must not
-/// outlive the batch (and would make the engine `!Send`).
-#[derive(Default)]
-pub(super) struct BatchBuffers {
-    slots: Vec<Slot>,
+/// A request whose storage operation is in flight, with the memory its buffers live in.
+struct Pending {
+    slot: Slot,
+    mem: Arc<GuestMemoryMmap>,
 }
 
-impl QueueEngine {
-    /// Pop, execute and complete every chain available now. Returns how many there were.
-    ///
-    /// The clock is read twice per batch, not per request: once for the submissions (all
-    /// chains are popped together) and once when storage has finished (all completions
-    /// become visible together).
-    pub(super) fn process_batch(
-        &mut self,
-        ring: &mut dyn Ring,
-        mem: &GuestMemoryMmap,
-    ) -> Result<usize, EngineError> {
-        let mut slots = std::mem::take(&mut self.buffers.slots);
-        slots.clear();
-        let result = self.run_batch(ring, mem, &mut slots);
-        self.buffers.slots = slots;
-        result
+/// Requests in flight, by tag, plus reusable buffers (emptied, capacity kept), so the
+/// steady state allocates nothing per batch.
+pub(super) struct Inflight {
+    pending: Vec<Option<Pending>>,
+    free: Vec<u32>,
+    /// Requests that finished without storage (rejected, GET_ID, unmappable buffers).
+    ready: Vec<Slot>,
+    done: Vec<Done>,
+}
+
+impl Inflight {
+    /// Room for `capacity` requests in flight (the storage context's capacity).
+    pub(super) fn new(capacity: usize) -> Self {
+        let capacity = u32::try_from(capacity.max(1)).unwrap_or(u32::MAX);
+        Self {
+            pending: (0..capacity).map(|_| None).collect(),
+            free: (0..capacity).rev().collect(),
+            ready: Vec::new(),
+            done: Vec::new(),
+        }
     }
 
-    fn run_batch(
-        &mut self,
-        ring: &mut dyn Ring,
-        mem: &GuestMemoryMmap,
-        slots: &mut Vec<Slot>,
-    ) -> Result<usize, EngineError> {
-        let mut ios = Vec::new();
-        let submitted_at = now_ns();
-        let queue = ring.queue_mut();
-        let mut last = Decision::Idle;
-        let mut notify_at_submit = false;
-        for chain in queue.iter(mem)? {
-            let head = chain.head_index();
-            let slot = match request::parse(head, chain, mem, &self.parts.geometry) {
-                Ok(req) => self.prepare(req, mem, &mut ios),
-                Err(rej) => rejected_slot(rej),
-            };
-            slots.push(slot);
-            last = self.parts.moderation.on_event(submitted_at, Event::Submit);
-            notify_at_submit |= last == Decision::Notify;
-        }
-        if slots.is_empty() {
-            return Ok(0);
-        }
-        if notify_at_submit {
-            self.notify(ring, mem)?;
-        }
-        self.parts.io.execute(&mut ios);
-        for slot in slots.iter_mut() {
-            if let Some(i) = slot.io {
-                if !ios[i].ok {
-                    slot.status = status::IOERR;
-                    slot.written = 0;
+    /// Requests in flight.
+    pub(super) fn len(&self) -> usize {
+        self.pending.len() - self.free.len()
+    }
+
+    /// Keep the guest memory of every request not in `finished` mapped for the life of the
+    /// process: its storage operation may still be running in the kernel.
+    pub(super) fn leak_memory_of_unfinished(&mut self, finished: &[Done]) {
+        for (tag, p) in self.pending.iter_mut().enumerate() {
+            let done = finished.iter().any(|d| d.tag as usize == tag);
+            if !done {
+                if let Some(p) = p.take() {
+                    std::mem::forget(p.mem);
                 }
             }
         }
-        let completed_at = now_ns();
-        for slot in slots.iter() {
-            self.complete(slot, ring, mem)?;
-            last = self
-                .parts
-                .moderation
-                .on_event(completed_at, Event::Complete(slot.meta));
-            // Signal as soon as the policy says so: the driver can start reaping (and
-            // resubmitting) while the rest of the batch completes. EVENT_IDX suppresses
-            // signals the driver has not asked for yet.
-            match last {
-                Decision::Notify => self.notify(ring, mem)?,
-                Decision::Hold { .. } => QueueCounters::add(&self.parts.counters.held, 1),
-                Decision::Idle => {}
-            }
-        }
-        // The timer follows the batch's last decision (one timerfd update per batch).
-        self.apply(last, false, ring, mem)?;
-        Ok(slots.len())
     }
 
-    /// Turn a valid request into a slot, adding its storage operation to `ios`.
-    fn prepare(&mut self, req: Request, mem: &GuestMemoryMmap, ios: &mut Vec<Io>) -> Slot {
+    /// Forget every request (after the device reset; their storage has finished).
+    pub(super) fn clear(&mut self) {
+        for (tag, p) in self.pending.iter_mut().enumerate() {
+            if p.take().is_some() {
+                self.free.push(u32::try_from(tag).unwrap_or(u32::MAX));
+            }
+        }
+        self.ready.clear();
+        self.done.clear();
+    }
+}
+
+impl QueueEngine {
+    /// Pop and start every chain available now (as many as free tags allow), then complete
+    /// whatever has finished. Returns how many chains were popped.
+    ///
+    /// The clock is read once for the submissions (all chains are popped together) and once
+    /// for the completions (they become visible together).
+    pub(super) fn process_batch(
+        &mut self,
+        ring: &mut dyn Ring,
+        mem: &Arc<GuestMemoryMmap>,
+    ) -> Result<usize, EngineError> {
+        let submitted_at = now_ns();
+        let mut popped = 0usize;
+        let mut last = None;
+        let mut notify_at_submit = false;
+        {
+            let mut chains = ring.queue_mut().iter(&**mem)?;
+            while !self.inflight.free.is_empty() {
+                let Some(chain) = chains.next() else { break };
+                popped += 1;
+                let head = chain.head_index();
+                match request::parse(head, chain, mem, &self.parts.geometry) {
+                    Ok(req) => self.start(req, mem),
+                    Err(rej) => self.inflight.ready.push(rejected_slot(rej)),
+                }
+                let d = self.parts.moderation.on_event(submitted_at, Event::Submit);
+                notify_at_submit |= d == Decision::Notify;
+                last = Some(d);
+            }
+        }
+        if popped == 0 {
+            self.stalled = false;
+            return Ok(0);
+        }
+        self.parts.io.submit();
+        if notify_at_submit {
+            self.notify(ring, mem)?;
+        }
+        if let Some(d) = self.complete_finished(ring, mem)? {
+            last = Some(d);
+        }
+        // The timer follows the batch's last decision (one timerfd update per batch).
+        if let Some(d) = last {
+            self.apply(d, false, ring, mem)?;
+        }
+        // Out of tags: the rest of the ring waits until storage gives some back.
+        self.stalled = self.inflight.free.is_empty();
+        Ok(popped)
+    }
+
+    /// Complete every request whose storage has finished (and those that needed none).
+    /// Returns the policy's last decision, or `None` when nothing completed. The caller
+    /// applies the decision to the hold timer.
+    pub(super) fn complete_finished(
+        &mut self,
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+    ) -> Result<Option<Decision>, EngineError> {
+        let mut done = std::mem::take(&mut self.inflight.done);
+        let mut ready = std::mem::take(&mut self.inflight.ready);
+        if self.parts.io.in_flight() > 0 {
+            self.parts.io.reap(&mut done);
+        }
+        let result = self.complete_all(ring, mem, &mut ready, &mut done);
+        ready.clear();
+        done.clear();
+        self.inflight.ready = ready;
+        self.inflight.done = done;
+        result
+    }
+
+    fn complete_all(
+        &mut self,
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+        ready: &mut Vec<Slot>,
+        done: &mut Vec<Done>,
+    ) -> Result<Option<Decision>, EngineError> {
+        if ready.is_empty() && done.is_empty() {
+            return Ok(None);
+        }
+        let completed_at = now_ns();
+        let mut last = Decision::Idle;
+        for slot in ready.drain(..) {
+            self.complete(&slot, mem, ring, mem)?;
+            last = self.completed(completed_at, slot.meta, ring, mem)?;
+        }
+        for d in done.drain(..) {
+            let entry = usize::try_from(d.tag)
+                .ok()
+                .and_then(|i| self.inflight.pending.get_mut(i))
+                .and_then(Option::take);
+            let Some(Pending {
+                mut slot,
+                mem: data_mem,
+            }) = entry
+            else {
+                tracing::error!(
+                    queue = self.parts.index,
+                    tag = d.tag,
+                    "storage finished an unknown tag"
+                );
+                continue;
+            };
+            self.inflight.free.push(d.tag);
+            if !d.ok {
+                slot.status = status::IOERR;
+                slot.written = 0;
+            }
+            self.complete(&slot, &data_mem, ring, mem)?;
+            last = self.completed(completed_at, slot.meta, ring, mem)?;
+        }
+        Ok(Some(last))
+    }
+
+    /// Feed one completion to the policy and act on a `Notify` at once: the driver can start
+    /// reaping (and resubmitting) while the rest complete. EVENT_IDX suppresses signals the
+    /// driver has not asked for yet.
+    fn completed(
+        &mut self,
+        at: vmirq_policy::Nanos,
+        meta: CompletionMeta,
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+    ) -> Result<Decision, EngineError> {
+        let d = self.parts.moderation.on_event(at, Event::Complete(meta));
+        match d {
+            Decision::Notify => self.notify(ring, mem)?,
+            Decision::Hold { .. } => QueueCounters::add(&self.parts.counters.held, 1),
+            Decision::Idle => {}
+        }
+        Ok(d)
+    }
+
+    /// Start a valid request: its storage operation under a free tag, or straight to the
+    /// ready list when it needs no storage (or its buffers cannot be mapped).
+    fn start(&mut self, req: Request, mem: &Arc<GuestMemoryMmap>) {
         let (kind, bytes, sync) = match req.kind {
             RequestType::In => (RequestKind::Read, req.data_len, false),
             RequestType::Out => (RequestKind::Write, req.data_len, false),
@@ -124,13 +240,13 @@ impl QueueEngine {
             status: status::OK,
             written: 0,
             meta,
-            io: None,
         };
         let io = match req.kind {
             RequestType::In | RequestType::Out => {
                 let Some(iov) = guest_io::iovecs(mem, &req.data) else {
                     slot.status = status::IOERR;
-                    return slot;
+                    self.inflight.ready.push(slot);
+                    return;
                 };
                 let kind = if req.kind == RequestType::In {
                     IoKind::Read
@@ -162,11 +278,29 @@ impl QueueEngine {
                 None
             }
         };
-        if let Some(io) = io {
-            slot.io = Some(ios.len());
-            ios.push(io);
+        match (io, self.inflight.free.pop()) {
+            (Some(io), Some(tag)) => {
+                if let Some(entry) = self.inflight.pending.get_mut(tag as usize) {
+                    *entry = Some(Pending {
+                        slot,
+                        mem: Arc::clone(mem),
+                    });
+                    self.parts.io.start(tag, io);
+                }
+            }
+            (None, tag) => {
+                if let Some(tag) = tag {
+                    self.inflight.free.push(tag);
+                }
+                self.inflight.ready.push(slot);
+            }
+            (Some(_), None) => {
+                // Not reached: chains are only popped while a tag is free.
+                slot.status = status::IOERR;
+                slot.written = 0;
+                self.inflight.ready.push(slot);
+            }
         }
-        slot
     }
 
     /// Copy the device id into the request's buffers; returns the bytes written.
@@ -185,10 +319,12 @@ impl QueueEngine {
         Some(written)
     }
 
-    /// Write the status, put the chain in the used ring and count it.
+    /// Write the status (into the memory the request's buffers came from), put the chain in
+    /// the used ring (of the current memory) and count it.
     fn complete(
         &mut self,
         slot: &Slot,
+        data_mem: &GuestMemoryMmap,
         ring: &mut dyn Ring,
         mem: &GuestMemoryMmap,
     ) -> Result<(), EngineError> {
@@ -197,7 +333,7 @@ impl QueueEngine {
         if let Some(addr) = slot.status_addr {
             // The parser checked that the status byte lies in guest memory; if memory was
             // replaced since, the write fails and the driver sees used len 0.
-            if mem.write_obj(slot.status, addr).is_ok() {
+            if data_mem.write_obj(slot.status, addr).is_ok() {
                 used_len = slot.written.saturating_add(1);
             }
         }
@@ -227,6 +363,5 @@ fn rejected_slot(rej: request::Rejected) -> Slot {
         status: rej.error.status(),
         written: 0,
         meta: CompletionMeta::new(RequestKind::Other, 0),
-        io: None,
     }
 }

@@ -1,11 +1,14 @@
 //! The queue engine: one per virtio queue, driven by its worker thread.
 //!
 //! On a kick it drains the available ring in batches (notifications disabled while it works,
-//! the usual virtio pattern), hands each batch to the storage backend, puts the completions
-//! in the used ring and feeds every submission and completion to the queue's moderation
-//! policy. A `Notify` decision signals the guest at once (subject to EVENT_IDX); the hold
-//! timer follows the batch's last decision (armed for `Hold`, cancelled otherwise). Then the wait policy decides
-//! whether to poll the available ring (bounded by its window) before going back to epoll.
+//! the usual virtio pattern), starts each request's storage operation, and whenever storage
+//! finishes (at once for RAM and null disks; when the io_uring completion eventfd fires, or
+//! while polling, for image files) puts the completions in the used ring. Every submission
+//! and completion goes to the queue's moderation policy. A `Notify` decision signals the guest
+//! at once (subject to EVENT_IDX); the hold timer follows the last decision (armed for `Hold`,
+//! cancelled otherwise). Then the wait policy decides whether to poll the available ring
+//! (bounded by its window) before going back to epoll. At most the storage context's
+//! capacity of requests is in flight; further chains stay in the ring until tags free up.
 //!
 //! The engine does not know about vhost-user: it works on a [`Ring`] (a `Queue` and a way to
 //! signal) and a guest memory snapshot, so tests drive it with a mock guest directly.
@@ -19,6 +22,7 @@ use crate::request::DiskGeometry;
 use crate::storage::QueueIo;
 use crate::timer::HoldTimer;
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -28,6 +32,11 @@ use vmirq_policy::Nanos;
 
 /// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks for no used-buffer notifications.
 const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// How long a reset or teardown waits for storage operations in flight before it gives up
+/// (and leaks their guest-memory mappings rather than let the kernel write into memory that
+/// could be reused).
+const QUIESCE_TIMEOUT_MS: u32 = 30_000;
 
 /// Most batches drained in one call before yielding to the event loop (the engine re-arms
 /// its timer immediately so it comes back). Bounds the time spent per event.
@@ -84,8 +93,10 @@ pub struct QueueEngine {
     /// The engine stopped early and must be resumed by its (immediately armed) timer.
     resume: bool,
     broken: bool,
-    /// Request slots and storage operations, kept between batches so a batch allocates nothing.
-    buffers: batch::BatchBuffers,
+    /// Every tag is in flight: the ring is not drained until storage gives tags back.
+    stalled: bool,
+    /// Requests in flight and reusable buffers.
+    inflight: batch::Inflight,
 }
 
 impl QueueEngine {
@@ -94,14 +105,29 @@ impl QueueEngine {
     /// # Errors
     /// When the hold timer cannot be created.
     pub fn new(parts: EngineParts) -> io::Result<Self> {
+        let inflight = batch::Inflight::new(parts.io.capacity());
         Ok(Self {
             parts,
             timer: HoldTimer::new()?,
             sleeping_since: None,
             resume: false,
             broken: false,
-            buffers: batch::BatchBuffers::default(),
+            stalled: false,
+            inflight,
         })
+    }
+
+    /// The storage completion fd, to register in the worker's epoll (`None` when storage
+    /// finishes every operation inside the batch).
+    #[must_use]
+    pub fn io_fd(&self) -> Option<RawFd> {
+        self.parts.io.completion_fd()
+    }
+
+    /// Requests whose storage operation is in flight.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
     }
 
     /// The hold timer's fd, to register in the worker's epoll.
@@ -130,7 +156,9 @@ impl QueueEngine {
 
     /// The driver reset the device: forget a broken state and any held-completion timer.
     pub fn reset(&mut self) {
+        self.quiesce();
         self.broken = false;
+        self.stalled = false;
         self.resume = false;
         self.sleeping_since = None;
         if let Err(e) = self.timer.cancel() {
@@ -138,8 +166,49 @@ impl QueueEngine {
         }
     }
 
+    /// Wait for storage operations in flight and forget their requests (the driver reset
+    /// the device, or the connection is going away). Operations that do not finish within
+    /// [`QUIESCE_TIMEOUT_MS`] keep their guest memory mapped for the life of the process.
+    fn quiesce(&mut self) {
+        if self.inflight.len() == 0 && self.parts.io.in_flight() == 0 {
+            return;
+        }
+        let mut done = Vec::new();
+        self.parts.io.wait(&mut done, QUIESCE_TIMEOUT_MS);
+        let finished = done.len();
+        let unfinished = self.parts.io.in_flight();
+        if unfinished > 0 {
+            tracing::error!(
+                queue = self.parts.index,
+                unfinished,
+                "storage operations did not finish; keeping their guest memory mapped"
+            );
+            self.inflight.leak_memory_of_unfinished(&done);
+        }
+        tracing::debug!(
+            queue = self.parts.index,
+            finished,
+            "dropped requests in flight"
+        );
+        self.inflight.clear();
+    }
+
+    /// Storage finished operations (the completion fd became readable).
+    pub fn on_io(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
+        self.guarded(ring, mem, |e, r, m| {
+            if let Some(d) = e.complete_finished(r, m)? {
+                e.apply(d, false, r, m)?;
+            }
+            if e.stalled {
+                // Tags are free again: pick up the chains left in the ring.
+                e.drain(r, m)?;
+            }
+            Ok(())
+        });
+    }
+
     /// The guest kicked the queue.
-    pub fn on_kick(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) {
+    pub fn on_kick(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
         QueueCounters::add(&self.parts.counters.kicks, 1);
         if let Some(_since) = self.sleeping_since.take() {
             self.parts.waiter.end(now_ns(), WakeOutcome::SLEPT);
@@ -148,7 +217,7 @@ impl QueueEngine {
     }
 
     /// The hold timer's fd became readable.
-    pub fn on_timer(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) {
+    pub fn on_timer(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
         if !self.timer.consume() {
             return; // stale readiness: re-armed or cancelled since
         }
@@ -167,9 +236,9 @@ impl QueueEngine {
     }
 
     /// Run `f` unless the queue is broken; a failure marks it broken.
-    fn guarded<F>(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap, f: F)
+    fn guarded<F>(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>, f: F)
     where
-        F: FnOnce(&mut Self, &mut dyn Ring, &GuestMemoryMmap) -> Result<(), EngineError>,
+        F: FnOnce(&mut Self, &mut dyn Ring, &Arc<GuestMemoryMmap>) -> Result<(), EngineError>,
     {
         if self.broken {
             return;
@@ -184,10 +253,10 @@ impl QueueEngine {
 
     /// Drain the ring, then poll or sleep as the wait policy says, repeatedly, up to the
     /// per-event bound.
-    fn run(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<(), EngineError> {
+    fn run(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) -> Result<(), EngineError> {
         for _ in 0..self.parts.max_batches_per_event.max(1) {
             self.drain(ring, mem)?;
-            if !self.poll(ring, mem)? {
+            if self.stalled || !self.poll(ring, mem)? {
                 return Ok(());
             }
         }
@@ -197,12 +266,20 @@ impl QueueEngine {
         Ok(())
     }
 
-    /// Process batches until the ring is empty with notifications re-enabled.
-    fn drain(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<(), EngineError> {
+    /// Process batches until the ring is empty with notifications re-enabled, or every tag
+    /// is in flight (then notifications stay off: storage completions resume the drain).
+    fn drain(
+        &mut self,
+        ring: &mut dyn Ring,
+        mem: &Arc<GuestMemoryMmap>,
+    ) -> Result<(), EngineError> {
         for _ in 0..self.parts.max_batches_per_event.max(1) {
-            ring.queue_mut().disable_notification(mem)?;
+            ring.queue_mut().disable_notification(&**mem)?;
             let n = self.process_batch(ring, mem)?;
-            if n == 0 && !ring.queue_mut().enable_notification(mem)? {
+            if self.stalled {
+                return Ok(());
+            }
+            if n == 0 && !ring.queue_mut().enable_notification(&**mem)? {
                 return Ok(());
             }
         }
@@ -256,5 +333,12 @@ impl QueueEngine {
             Decision::Notify | Decision::Idle => {}
         }
         Ok(())
+    }
+}
+
+impl Drop for QueueEngine {
+    fn drop(&mut self) {
+        // The kernel must be done with guest buffers before their mapping can go away.
+        self.quiesce();
     }
 }

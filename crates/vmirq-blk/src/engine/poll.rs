@@ -1,9 +1,12 @@
 //! Kick waits: poll the available ring for the window the wait policy allows, then sleep.
+//! While polling, the worker is not in epoll, so it also completes finished storage
+//! operations and delivers a due hold timer itself.
 
 use super::{EngineError, QueueEngine, Ring};
 use crate::clock::now_ns;
 use crate::counters::QueueCounters;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use virtio_queue::QueueT;
 use vm_memory::GuestMemoryMmap;
 use vmirq_policy::moderation::{Event, Moderator};
@@ -21,7 +24,7 @@ impl QueueEngine {
     pub(super) fn poll(
         &mut self,
         ring: &mut dyn Ring,
-        mem: &GuestMemoryMmap,
+        mem: &Arc<GuestMemoryMmap>,
     ) -> Result<bool, EngineError> {
         if self.resume {
             return Ok(false);
@@ -35,12 +38,15 @@ impl QueueEngine {
             WaitDecision::Poll { until } => until,
         };
         // Poll with kicks off: the driver does not need to exit to tell us.
-        ring.queue_mut().disable_notification(mem)?;
+        ring.queue_mut().disable_notification(&**mem)?;
         let mut spins = 0u64;
         loop {
             let now = now_ns();
             if self.has_work(ring, mem)? {
                 return self.poll_hit(now);
+            }
+            if let Some(d) = self.complete_finished(ring, mem)? {
+                self.apply(d, false, ring, mem)?;
             }
             self.fire_due_timer(now, ring, mem)?;
             spins += 1;
@@ -50,7 +56,7 @@ impl QueueEngine {
             std::hint::spin_loop();
         }
         // Window over: re-enable kicks, and catch requests that raced with that.
-        if ring.queue_mut().enable_notification(mem)? {
+        if ring.queue_mut().enable_notification(&**mem)? {
             return self.poll_hit(now_ns());
         }
         QueueCounters::add(&self.parts.counters.poll_misses, 1);

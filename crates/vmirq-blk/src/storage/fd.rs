@@ -6,7 +6,7 @@
 //! io_uring per queue (see `uring.rs`) so that a batch of requests is in flight at once.
 
 use super::uring::UringQueue;
-use super::{Disk, Io, IoKind, QueueIo, Result, StorageError};
+use super::{Disk, Done, Finished, Io, IoKind, QueueIo, Result, StorageError};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
@@ -57,9 +57,11 @@ impl Disk for RamDisk {
     fn supports_discard(&self) -> bool {
         true
     }
-    fn open_queue(&self, _depth: u32) -> Result<Box<dyn QueueIo>> {
+    fn open_queue(&self, depth: u32) -> Result<Box<dyn QueueIo>> {
         Ok(Box::new(SyncQueue {
             file: Arc::clone(&self.file),
+            depth: depth.max(1) as usize,
+            finished: Finished::default(),
         }))
     }
     fn describe(&self) -> String {
@@ -126,17 +128,28 @@ impl Disk for FileDisk {
     }
 }
 
-/// Synchronous positional I/O on a shared file (the RAM disk's queue context).
+/// Synchronous positional I/O on a shared file (the RAM disk's queue context): a memory
+/// copy, so every operation finishes inside `start`.
 struct SyncQueue {
     file: Arc<File>,
+    depth: usize,
+    finished: Finished,
 }
 
 impl QueueIo for SyncQueue {
-    fn execute(&mut self, batch: &mut [Io]) {
-        let fd = self.file.as_raw_fd();
-        for io in batch {
-            io.ok = run_sync(fd, io).is_ok();
-        }
+    fn capacity(&self) -> usize {
+        self.depth
+    }
+    fn start(&mut self, tag: u32, io: Io) {
+        let ok = run_sync(self.file.as_raw_fd(), &io).is_ok();
+        self.finished.push(tag, ok);
+    }
+    fn submit(&mut self) {}
+    fn reap(&mut self, done: &mut Vec<Done>) {
+        self.finished.drain_into(done);
+    }
+    fn in_flight(&self) -> usize {
+        self.finished.len()
     }
 }
 

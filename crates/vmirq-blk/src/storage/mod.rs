@@ -1,11 +1,13 @@
 //! Storage backends: where the virtio-blk data lives.
 //!
 //! A [`Disk`] is shared by all queues; each queue opens its own [`QueueIo`] (for the file
-//! backend that is one io_uring per queue, sized to the queue). The queue engine hands a
-//! whole batch of [`Io`] operations to [`QueueIo::execute`] at once, which performs them
-//! (in parallel where the backend can) and fills in each result before returning. Data
-//! buffers are `iovec`s that point into guest memory; the caller keeps that memory mapped
-//! for the duration of the call.
+//! backend that is one io_uring per queue, sized to the queue). The queue engine starts each
+//! request's [`Io`] with a tag of its own, hands the started operations to the kernel with
+//! [`QueueIo::submit`], and collects finished ones with [`QueueIo::reap`], without waiting:
+//! the file backend completes asynchronously (its [`QueueIo::completion_fd`] becomes
+//! readable, and the worker's epoll wakes the engine), the RAM and null disks complete
+//! inside `start`. Data buffers are `iovec`s that point into guest memory; the engine keeps
+//! that memory mapped until the operation is reaped.
 
 mod fd;
 mod null;
@@ -54,7 +56,7 @@ pub enum IoKind {
     WriteZeroes,
 }
 
-/// One storage operation of a batch.
+/// One storage operation.
 #[derive(Debug)]
 pub struct Io {
     /// What to do.
@@ -65,9 +67,12 @@ pub struct Io {
     pub len: u64,
     /// Data buffers in guest memory for reads and writes.
     pub iov: Vec<libc::iovec>,
-    /// Filled by the backend: `true` when the operation succeeded.
-    pub ok: bool,
 }
+
+// SAFETY: the iovec pointers refer to guest memory, a shared mapping that any thread may
+// access; an `Io` is only used by the queue engine that owns it (and by the kernel while it
+// is in flight), and the engine keeps the mapping alive until the operation is reaped.
+unsafe impl Send for Io {}
 
 impl Io {
     /// An operation without data buffers.
@@ -78,7 +83,6 @@ impl Io {
             offset,
             len,
             iov: Vec::new(),
-            ok: false,
         }
     }
 }
@@ -98,16 +102,65 @@ pub trait Disk: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// A finished operation: the tag it was started with and whether it succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    /// The caller's tag from [`QueueIo::start`].
+    pub tag: u32,
+    /// The operation succeeded (whole length transferred, or flush/discard done).
+    pub ok: bool,
+}
+
 /// Per-queue I/O context.
+///
+/// Contract: the caller starts at most [`QueueIo::capacity`] operations that have not been
+/// reaped yet, with distinct tags below the capacity, and keeps every iovec's guest memory
+/// mapped until the operation comes back from [`QueueIo::reap`] or [`QueueIo::wait`].
+/// (Not `unsafe`: callers only build iovecs through `guest_io::iovecs` from a memory
+/// snapshot they hold until then.)
 pub trait QueueIo: Send {
-    /// Perform every operation of `batch`, setting each `ok`. Operations of one batch may run
-    /// in parallel and complete in any order, except that a `Flush` covers every write that
-    /// completed before the batch started and every write earlier in the same batch.
-    ///
-    /// # Safety contract (not `unsafe` because callers only build iovecs through
-    /// `guest_io::iovecs`): every iovec points into guest memory that stays mapped until this
-    /// returns.
-    fn execute(&mut self, batch: &mut [Io]);
+    /// Most operations in flight at once.
+    fn capacity(&self) -> usize;
+    /// Start `io` under `tag`. Synchronous backends perform it here; its result is returned
+    /// by the next [`QueueIo::reap`]. A `Flush` covers every write that finished before it
+    /// was started and every write started before it on this queue.
+    fn start(&mut self, tag: u32, io: Io);
+    /// Hand every started operation to the kernel, without waiting for any.
+    fn submit(&mut self);
+    /// Append every finished operation to `done`, without blocking.
+    fn reap(&mut self, done: &mut Vec<Done>);
+    /// Operations started and not yet reaped.
+    fn in_flight(&self) -> usize;
+    /// An fd that becomes readable when operations finish (level-triggered; [`QueueIo::reap`]
+    /// consumes it). `None` for backends that finish everything inside `start`.
+    fn completion_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// Block until every operation in flight has finished or `timeout_ms` has passed,
+    /// appending the finished ones to `done` (used before guest memory may go away).
+    fn wait(&mut self, done: &mut Vec<Done>, timeout_ms: u32) {
+        let _ = timeout_ms;
+        self.reap(done);
+    }
+}
+
+/// Finished operations of a backend that completes inside `start`.
+#[derive(Debug, Default)]
+pub(crate) struct Finished(Vec<Done>);
+
+impl Finished {
+    /// Record a finished operation.
+    pub(crate) fn push(&mut self, tag: u32, ok: bool) {
+        self.0.push(Done { tag, ok });
+    }
+    /// Move every recorded operation to `done`.
+    pub(crate) fn drain_into(&mut self, done: &mut Vec<Done>) {
+        done.append(&mut self.0);
+    }
+    /// Recorded and not yet drained.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// Round a byte size down to whole sectors.

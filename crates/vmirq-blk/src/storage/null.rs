@@ -1,6 +1,6 @@
 //! The null disk: writes are dropped, reads return zeroes, nothing is stored.
 
-use super::{Disk, Io, IoKind, QueueIo, Result, StorageError};
+use super::{Disk, Done, Finished, Io, IoKind, QueueIo, Result, StorageError};
 
 /// A disk of a given size that stores nothing.
 #[derive(Debug)]
@@ -29,28 +29,43 @@ impl Disk for NullDisk {
     fn supports_discard(&self) -> bool {
         true
     }
-    fn open_queue(&self, _depth: u32) -> Result<Box<dyn QueueIo>> {
-        Ok(Box::new(NullQueue))
+    fn open_queue(&self, depth: u32) -> Result<Box<dyn QueueIo>> {
+        Ok(Box::new(NullQueue {
+            depth: depth.max(1) as usize,
+            finished: Finished::default(),
+        }))
     }
     fn describe(&self) -> String {
         "null".to_owned()
     }
 }
 
-struct NullQueue;
+/// Per-queue context of the null disk: every operation finishes inside `start`.
+struct NullQueue {
+    depth: usize,
+    finished: Finished,
+}
 
 impl QueueIo for NullQueue {
-    fn execute(&mut self, batch: &mut [Io]) {
-        for io in batch {
-            if io.kind == IoKind::Read {
-                for v in &io.iov {
-                    // SAFETY: the caller guarantees every iovec points into mapped guest
-                    // memory of at least `iov_len` bytes (built by guest_io::iovecs from
-                    // ranges checked against guest memory) that stays mapped during this call.
-                    unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), 0, v.iov_len) };
-                }
+    fn capacity(&self) -> usize {
+        self.depth
+    }
+    fn start(&mut self, tag: u32, io: Io) {
+        if io.kind == IoKind::Read {
+            for v in &io.iov {
+                // SAFETY: the caller guarantees every iovec points into mapped guest memory of
+                // at least `iov_len` bytes (built by guest_io::iovecs from ranges checked
+                // against guest memory) that stays mapped until the operation is reaped.
+                unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), 0, v.iov_len) };
             }
-            io.ok = true;
         }
+        self.finished.push(tag, true);
+    }
+    fn submit(&mut self) {}
+    fn reap(&mut self, done: &mut Vec<Done>) {
+        self.finished.drain_into(done);
+    }
+    fn in_flight(&self) -> usize {
+        self.finished.len()
     }
 }
