@@ -11,10 +11,12 @@
 
 mod fd;
 mod null;
+mod ram;
 mod uring;
 
-pub use fd::{FileDisk, RamDisk};
+pub use fd::FileDisk;
 pub use null::NullDisk;
+pub use ram::RamDisk;
 
 use std::io;
 
