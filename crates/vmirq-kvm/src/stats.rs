@@ -96,6 +96,23 @@ impl VcpuStats {
     }
 }
 
+/// Where the halt counters of a measured phase come from: KVM's stats fd for in-kernel
+/// polling, the VMM's own counters for the userspace halt path. The collector reads either
+/// at the same two moments, so both sides count the same halts.
+pub trait HaltCounters: Sync {
+    /// Read the counters now.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if a read fails.
+    fn snapshot(&self) -> Result<VcpuStats>;
+}
+
+impl HaltCounters for StatsFd {
+    fn snapshot(&self) -> Result<VcpuStats> {
+        self.read()
+    }
+}
+
 impl StatsFd {
     /// Open the statistics fd of `vcpu`. Call before the vCPU first runs.
     ///

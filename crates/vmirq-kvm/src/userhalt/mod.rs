@@ -46,12 +46,20 @@ pub struct HaltCell {
     pub samples: u64,
     /// Injector TSC to the handler's first instruction.
     pub lat_ns: Summary,
-    /// Halts.
+    /// Halts over the measured phase.
     pub halts: u64,
     /// Halts caught by polling.
     pub polled: u64,
-    /// Total time spent polling, ns (KVM stats for kernel cells).
+    /// Total time spent polling over the measured phase, ns: KVM's
+    /// `halt_poll_success_ns + halt_poll_fail_ns` for kernel cells, the same two sums
+    /// measured the same way by the VMM for user cells.
     pub poll_ns: u64,
+    /// Part of `poll_ns` in polls that caught the interrupt.
+    pub poll_success_ns: u64,
+    /// Part of `poll_ns` in polls that ran out before the vCPU blocked.
+    pub poll_fail_ns: u64,
+    /// Mean time from a wake's handler to the next send (the idle gap the workload offers).
+    pub handler_to_send_ns: u64,
     /// CPU time of the vCPU thread over the cell, ns.
     pub vcpu_cpu_ns: u64,
     /// Wall time of the measured phase, ns.
@@ -60,6 +68,26 @@ pub struct HaltCell {
     pub max_window_ns: u64,
     /// Largest poll overrun past its window (user cells), ns.
     pub max_overrun_ns: u64,
+}
+
+impl HaltCell {
+    /// Mean polling time per halt, ns.
+    #[must_use]
+    pub fn poll_ns_per_halt(&self) -> u64 {
+        self.poll_ns / self.halts.max(1)
+    }
+
+    /// Estimated delay from a wake's handler to the start of the next poll: the idle gap
+    /// minus the mean length of a successful poll (which ends when it sees the next send).
+    /// It is where the poll starts in the workload: a later start leaves less to poll for
+    /// the same wake. `None` without successful polls.
+    #[must_use]
+    pub fn poll_start_after_handler_ns(&self) -> Option<u64> {
+        (self.polled > 0).then(|| {
+            self.handler_to_send_ns
+                .saturating_sub(self.poll_success_ns / self.polled)
+        })
+    }
 }
 
 /// Run one cell.
@@ -94,6 +122,9 @@ pub fn run_halt_cell(
                 halts: c.halts,
                 polled: c.polls_successful,
                 poll_ns: c.poll_ns,
+                poll_success_ns: c.kvm_stats.halt_poll_success_ns,
+                poll_fail_ns: c.kvm_stats.halt_poll_fail_ns,
+                handler_to_send_ns: c.handler_to_send_ns,
                 vcpu_cpu_ns: c.vcpu_cpu_ns,
                 wall_ns: c.wall_ns,
                 max_window_ns: ns,
@@ -143,7 +174,14 @@ fn run_user(
         });
         let col = (|| -> Result<Collector<'_>> {
             wait_ready(&bell)?;
-            let mut col = Collector::new(ram, clock, None, pace, interval_ns, (warmup, samples));
+            let mut col = Collector::new(
+                ram,
+                clock,
+                Some(&bell.counters),
+                pace,
+                interval_ns,
+                (warmup, samples),
+            );
             s.spawn(|| -> Result<Collector<'_>> {
                 pin_to(placement.sender_cpu())?;
                 tight_timer_slack();
@@ -170,6 +208,8 @@ fn run_user(
         Ok::<_, Error>((halt?, col?))
     })?;
     let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let s = col.stats_end.since(&col.stats_begin);
+    let handler_to_send_ns = col.handler_to_send_ns();
     let mut lats = col.lats_ns;
     Ok(HaltCell {
         poller: format!("user:{spec}"),
@@ -177,9 +217,12 @@ fn run_user(
         placement,
         samples: lats.len() as u64,
         lat_ns: Summary::of(&mut lats),
-        halts: halt.halts,
-        polled: halt.polled,
-        poll_ns: halt.poll_ns,
+        halts: s.halt_exits,
+        polled: s.halt_successful_poll,
+        poll_ns: s.poll_ns(),
+        poll_success_ns: s.halt_poll_success_ns,
+        poll_fail_ns: s.halt_poll_fail_ns,
+        handler_to_send_ns,
         vcpu_cpu_ns: halt.cpu_ns,
         wall_ns,
         max_window_ns: halt.max_window_ns,
@@ -223,4 +266,40 @@ pub fn default_pollers() -> Result<Vec<Poller>> {
         v.push(Poller::User(parse_wait(s)?));
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(polled: u64, success_ns: u64, gap_ns: u64) -> HaltCell {
+        HaltCell {
+            poller: "user:never".into(),
+            interval_ns: 30_000,
+            placement: Placement::Other,
+            samples: 4,
+            lat_ns: Summary::default(),
+            halts: 4,
+            polled,
+            poll_ns: success_ns + 1_000,
+            poll_success_ns: success_ns,
+            poll_fail_ns: 1_000,
+            handler_to_send_ns: gap_ns,
+            vcpu_cpu_ns: 0,
+            wall_ns: 0,
+            max_window_ns: 0,
+            max_overrun_ns: 0,
+        }
+    }
+
+    #[test]
+    fn poll_start_is_the_gap_minus_a_successful_poll() {
+        // 4 polls of 20 µs in a 34 µs gap: polling started 14 µs after the handler.
+        assert_eq!(
+            cell(4, 80_000, 34_000).poll_start_after_handler_ns(),
+            Some(14_000)
+        );
+        assert_eq!(cell(0, 0, 34_000).poll_start_after_handler_ns(), None);
+        assert_eq!(cell(4, 80_000, 34_000).poll_ns_per_halt(), 20_250);
+    }
 }

@@ -5,7 +5,8 @@ use crate::report::html::Page;
 use crate::report::svg::{bar_chart, Series};
 use crate::report::{pct, us, Table};
 
-/// One row per cell.
+/// One row per cell. Halts and polling are counted over the measured phase; `start_us` is
+/// the estimated delay from a wake's handler to the next poll's start.
 #[must_use]
 pub fn table(cells: &[HaltCell]) -> Table {
     let mut t = Table::new(&[
@@ -18,6 +19,9 @@ pub fn table(cells: &[HaltCell]) -> Table {
         "halts",
         "polled%",
         "poll_ms",
+        "fail_ms",
+        "poll_us/halt",
+        "start_us",
         "vcpu_cpu%",
         "max_win_us",
         "overrun_us",
@@ -33,6 +37,10 @@ pub fn table(cells: &[HaltCell]) -> Table {
             c.halts.to_string(),
             pct(c.polled, c.halts),
             format!("{:.2}", c.poll_ns as f64 / 1e6),
+            format!("{:.2}", c.poll_fail_ns as f64 / 1e6),
+            us(c.poll_ns_per_halt()),
+            c.poll_start_after_handler_ns()
+                .map_or_else(|| "-".into(), us),
             pct(c.vcpu_cpu_ns, c.wall_ns),
             us(c.max_window_ns),
             us(c.max_overrun_ns),

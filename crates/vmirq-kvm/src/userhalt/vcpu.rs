@@ -1,11 +1,17 @@
 //! The vCPU side of the userspace halt path: run until DONE; on every HLT exit ask the wait
 //! policy, poll the pending flag for at most the window it grants, otherwise block on the
 //! eventfd (bounded), then inject the interrupt with `KVM_INTERRUPT` and re-enter.
+//!
+//! Polling time is counted like KVM's `halt_poll_success_ns`/`halt_poll_fail_ns`: from the
+//! poll's start to the last clock read before the check that saw the interrupt (or to the end
+//! of the window). The counters are published after every halt ([`UserCounters`]) so the
+//! injector reads them at the same two moments as it reads KVM's stats fd for kernel cells.
 
 use crate::error::{Error, Result};
 use crate::host::{rdtsc, thread_cpu_ns, TscClock};
 use crate::layout::{port, WAKE_VECTOR};
 use crate::runner::unexpected;
+use crate::stats::{HaltCounters, VcpuStats};
 use crate::vm::inject_interrupt;
 use crate::watchdog::Watchdog;
 use kvm_ioctls::{VcpuExit, VcpuFd};
@@ -33,6 +39,47 @@ pub struct Doorbell {
     pub event: EventFd,
     /// The guest reported READY.
     pub ready: AtomicBool,
+    /// The halt path's counters so far.
+    pub counters: UserCounters,
+}
+
+/// The userspace halt path's counters, published by the vCPU thread after every halt (the
+/// twin of KVM's stats fd, read through [`HaltCounters`]).
+#[derive(Debug, Default)]
+pub struct UserCounters {
+    halts: AtomicU64,
+    attempted: AtomicU64,
+    polled: AtomicU64,
+    woken: AtomicU64,
+    success_ns: AtomicU64,
+    fail_ns: AtomicU64,
+}
+
+impl UserCounters {
+    /// Publish the totals (single writer: the vCPU thread).
+    fn publish(&self, st: &HaltStats) {
+        self.halts.store(st.halts, Ordering::Release);
+        self.attempted.store(st.attempted, Ordering::Release);
+        self.polled.store(st.polled, Ordering::Release);
+        self.woken.store(st.slept, Ordering::Release);
+        self.success_ns.store(st.poll_success_ns, Ordering::Release);
+        self.fail_ns.store(st.poll_fail_ns, Ordering::Release);
+    }
+}
+
+impl HaltCounters for UserCounters {
+    fn snapshot(&self) -> Result<VcpuStats> {
+        Ok(VcpuStats {
+            halt_exits: self.halts.load(Ordering::Acquire),
+            halt_attempted_poll: self.attempted.load(Ordering::Acquire),
+            halt_successful_poll: self.polled.load(Ordering::Acquire),
+            halt_poll_invalid: 0,
+            halt_wakeup: self.woken.load(Ordering::Acquire),
+            halt_poll_success_ns: self.success_ns.load(Ordering::Acquire),
+            halt_poll_fail_ns: self.fail_ns.load(Ordering::Acquire),
+            exits: self.halts.load(Ordering::Acquire),
+        })
+    }
 }
 
 impl Doorbell {
@@ -46,6 +93,7 @@ impl Doorbell {
             sent_tsc: AtomicU64::new(0),
             event: EventFd::new(libc::EFD_NONBLOCK).map_err(Error::io("eventfd"))?,
             ready: AtomicBool::new(false),
+            counters: UserCounters::default(),
         })
     }
 
@@ -63,14 +111,18 @@ impl Doorbell {
 /// What the vCPU thread measured.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HaltStats {
-    /// HLT exits.
+    /// HLT exits (counted when the halt ends).
     pub halts: u64,
+    /// Halts where the policy granted a poll.
+    pub attempted: u64,
     /// Halts whose interrupt arrived during the poll window.
     pub polled: u64,
     /// Halts that blocked.
     pub slept: u64,
-    /// Total time spent polling (successful and failed), ns.
-    pub poll_ns: u64,
+    /// Time spent in polls that caught the interrupt, ns.
+    pub poll_success_ns: u64,
+    /// Time spent in polls that ran out (the vCPU then blocked), ns.
+    pub poll_fail_ns: u64,
     /// Largest window the policy granted, ns.
     pub max_window_ns: u64,
     /// Largest amount by which a poll outlasted its window, ns.
@@ -119,6 +171,7 @@ pub fn run(
             }
             VcpuExit::Hlt => {
                 halt(&mut policy, bell, &mut st, &now, clock)?;
+                bell.counters.publish(&st);
                 inject_interrupt(vcpu, WAKE_VECTOR)?;
             }
             other => return Err(unexpected(&other)),
@@ -141,11 +194,14 @@ fn halt(
     let window = decision.window_ns(begin).min(policy.max_window_ns());
     st.max_window_ns = st.max_window_ns.max(window);
     if let WaitDecision::Poll { .. } = decision {
+        st.attempted += 1;
         let deadline = begin + window;
         let mut t = begin;
         while t < deadline {
-            if bell.pending.swap(false, Ordering::AcqRel) {
-                st.poll_ns += t - begin;
+            // A plain load first: the line stays shared until the injector writes it, and
+            // the atomic swap (which takes it exclusive) runs only once the flag is seen.
+            if bell.pending.load(Ordering::Acquire) && bell.pending.swap(false, Ordering::AcqRel) {
+                st.poll_success_ns += t - begin;
                 st.polled += 1;
                 policy.end(t, WakeOutcome::POLLED);
                 return Ok(());
@@ -153,7 +209,7 @@ fn halt(
             std::hint::spin_loop();
             t = now();
         }
-        st.poll_ns += t - begin;
+        st.poll_fail_ns += t - begin;
         st.max_overrun_ns = st.max_overrun_ns.max(t - deadline);
     }
     block(bell)?;
@@ -194,5 +250,40 @@ fn block(bell: &Doorbell) -> Result<()> {
         }
         // Drain; a stale count only causes one extra loop.
         let _ = bell.event.read();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_map_to_kvm_stat_names() {
+        let c = UserCounters::default();
+        c.publish(&HaltStats {
+            halts: 10,
+            attempted: 9,
+            polled: 7,
+            slept: 3,
+            poll_success_ns: 700,
+            poll_fail_ns: 200,
+            ..HaltStats::default()
+        });
+        let s = c.snapshot().expect("atomics cannot fail");
+        assert_eq!(
+            (
+                s.halt_exits,
+                s.halt_attempted_poll,
+                s.halt_successful_poll,
+                s.halt_wakeup
+            ),
+            (10, 9, 7, 3)
+        );
+        assert_eq!(s.poll_ns(), 900);
+        assert_eq!(
+            s.since(&VcpuStats::default()).halt_poll_fail_ns,
+            200,
+            "a snapshot differences like KVM's"
+        );
     }
 }

@@ -10,7 +10,7 @@ use crate::host::{online_cpus, pin_to, rdtsc, tight_timer_slack, TscClock};
 use crate::layout::{mailbox, port, WAKE_GSI, WAKE_VECTOR};
 use crate::memory::GuestRam;
 use crate::runner::{run_until_done, unexpected, Next};
-use crate::stats::StatsFd;
+use crate::stats::{HaltCounters, StatsFd};
 use crate::vm::{Vm, VmConfig};
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use std::time::{Duration, Instant};
@@ -83,6 +83,7 @@ struct Measured {
     lats_ns: Vec<u64>,
     negative: u32,
     period_ns: u64,
+    handler_to_send_ns: u64,
     stats: crate::stats::VcpuStats,
     ready_tsc: u64,
 }
@@ -114,7 +115,7 @@ fn start_and_measure(
             let mut col = Collector::new(
                 ram,
                 clock,
-                stats,
+                stats.map(|s| s as &dyn HaltCounters),
                 pace,
                 cfg.interval_ns,
                 (cfg.warmup, cfg.samples),
@@ -131,6 +132,7 @@ fn start_and_measure(
     let wall_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let measured = Measured {
         period_ns: col.period_ns(),
+        handler_to_send_ns: col.handler_to_send_ns(),
         stats: col.stats_end.since(&col.stats_begin),
         negative: col.negative,
         lats_ns: col.lats_ns,
@@ -212,6 +214,7 @@ fn assemble(cfg: &CellConfig, mut m: Measured, wall_ns: u64, cpu_ns: u64, tsc: T
         placement: cfg.placement,
         interval_ns: cfg.interval_ns,
         period_ns: m.period_ns,
+        handler_to_send_ns: m.handler_to_send_ns,
         samples,
         negative: m.negative,
         lat_ns: Summary::of(&mut m.lats_ns),

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::host::{rdtsc, spin_until_tsc, TscClock};
 use crate::layout::mailbox;
 use crate::memory::GuestRam;
-use crate::stats::{StatsFd, VcpuStats};
+use crate::stats::{HaltCounters, VcpuStats};
 use std::time::{Duration, Instant};
 
 /// Longest wait for one interrupt to reach the guest handler.
@@ -24,7 +24,7 @@ pub(crate) enum Pace {
 pub(crate) struct Collector<'a> {
     pub(crate) ram: &'a GuestRam,
     pub(crate) clock: TscClock,
-    pub(crate) stats: Option<&'a StatsFd>,
+    pub(crate) stats: Option<&'a dyn HaltCounters>,
     pub(crate) pace: Pace,
     pub(crate) interval_ns: u64,
     pub(crate) warmup: u32,
@@ -35,6 +35,9 @@ pub(crate) struct Collector<'a> {
     last_ack_tsc: u64,
     first_send_tsc: u64,
     last_send_tsc: u64,
+    last_irq_tsc: u64,
+    gap_ticks: u64,
+    gaps: u64,
     pub(crate) stats_begin: VcpuStats,
     pub(crate) stats_end: VcpuStats,
 }
@@ -43,7 +46,7 @@ impl<'a> Collector<'a> {
     pub(crate) fn new(
         ram: &'a GuestRam,
         clock: TscClock,
-        stats: Option<&'a StatsFd>,
+        stats: Option<&'a dyn HaltCounters>,
         pace: Pace,
         interval_ns: u64,
         (warmup, samples): (u32, u32),
@@ -62,6 +65,9 @@ impl<'a> Collector<'a> {
             last_ack_tsc: rdtsc(),
             first_send_tsc: 0,
             last_send_tsc: 0,
+            last_irq_tsc: 0,
+            gap_ticks: 0,
+            gaps: 0,
             stats_begin: VcpuStats::default(),
             stats_end: VcpuStats::default(),
         }
@@ -103,8 +109,13 @@ impl<'a> Collector<'a> {
 
     /// Record send `k` (sent at `send_tsc`, handled at `irq_tsc`).
     pub(crate) fn record(&mut self, k: u32, send_tsc: u64, irq_tsc: u64) -> Result<()> {
+        let prev_irq_tsc = std::mem::replace(&mut self.last_irq_tsc, irq_tsc);
         if k < self.warmup {
             return Ok(());
+        }
+        if prev_irq_tsc != 0 && send_tsc > prev_irq_tsc {
+            self.gap_ticks += send_tsc - prev_irq_tsc;
+            self.gaps += 1;
         }
         if k == self.warmup {
             self.first_send_tsc = send_tsc;
@@ -129,7 +140,15 @@ impl<'a> Collector<'a> {
             / n
     }
 
+    /// Mean time from one wake's handler (its first instruction) to the next send: the idle
+    /// gap the workload offers. The halt (and any poll) starts some time into it, after the
+    /// rest of the handler and the HLT itself.
+    pub(crate) fn handler_to_send_ns(&self) -> u64 {
+        self.clock.ns(self.gap_ticks) / self.gaps.max(1)
+    }
+
     fn read_stats(&self) -> Result<VcpuStats> {
-        self.stats.map_or(Ok(VcpuStats::default()), StatsFd::read)
+        self.stats
+            .map_or(Ok(VcpuStats::default()), |s| s.snapshot())
     }
 }

@@ -96,6 +96,8 @@ pub struct Cell {
     pub period_ns: u64,
     /// Latencies measured (wakes with a negative latency are counted in `negative`).
     pub samples: u64,
+    /// Mean time from one wake's handler to the next send (the idle gap offered).
+    pub handler_to_send_ns: u64,
     /// Wakes whose handler TSC preceded the send TSC (should be 0 with TSC offset 0).
     pub negative: u32,
     /// Sender TSC to handler's first instruction.
