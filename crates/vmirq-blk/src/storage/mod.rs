@@ -11,12 +11,10 @@
 
 mod fd;
 mod null;
-mod ram;
 mod uring;
 
-pub use fd::FileDisk;
+pub use fd::{FileDisk, RamDisk};
 pub use null::NullDisk;
-pub use ram::RamDisk;
 
 use std::io;
 
