@@ -9,7 +9,8 @@
 //! - [`rng`]: the seeded PRNG (bit-identical across platforms).
 //! - [`hold`]: the hold-model microbenchmark.
 //! - [`costs`]: the named primitive costs and their sources.
-//! - [`host`]: the host model; [`workload`]: what the guests do.
+//! - [`host`]: the host model; [`workload`]: what the guests do; [`sync`]: guest kernel
+//!   synchronization (TLB shootdowns, spinlocks, PLE) on the host model.
 //! - [`model`]: a run's configuration; [`sim`]: one run; [`scenario`]: scenario files,
 //!   run variants, published-vs-simulated checks and sweeps; [`report`]: text, JSON, HTML.
 #![forbid(unsafe_code)]
@@ -25,6 +26,7 @@ pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sim;
+pub mod sync;
 pub mod workload;
 
 /// Simulated time in nanoseconds.

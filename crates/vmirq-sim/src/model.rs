@@ -61,6 +61,9 @@ pub struct ModelConfig {
     /// Tickless guest: APIC timer writes on idle exit.
     #[serde(default)]
     pub idle_exit_writes: u8,
+    /// Start each pCPU's timeslices at a random phase (unsynchronized host schedulers).
+    #[serde(default)]
+    pub stagger_slices: bool,
     /// Hard bound on processed events.
     #[serde(default = "default_max_events")]
     pub max_events: u64,
@@ -144,6 +147,7 @@ impl ModelConfig {
             )));
         }
         core.place_threads();
+        core.stagger_slices = self.stagger_slices;
         Ok(core)
     }
 }

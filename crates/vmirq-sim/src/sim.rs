@@ -104,7 +104,12 @@ fn step(core: &mut Core, workload: &mut Workload, ev: Ev) -> Result<(), EngineEr
             core.dispatch(v)
         }
         Ev::PollEnd(v) => core.poll_end(v),
-        Ev::Running(v) => core.running(v),
+        Ev::Running(v) => {
+            if let Some(h) = core.running(v)? {
+                workload.hook(core, h)?;
+            }
+            core.dispatch(v)
+        }
         Ev::Timeslice(p) => core.timeslice(p),
         Ev::Notice(v, irq) => {
             if let Some(h) = core.notice(v, irq)? {

@@ -121,6 +121,16 @@ impl Core {
 }
 
 impl Core {
+    pub(super) fn preempt_thread_pub(&mut self, v: VcpuId) {
+        self.preempt_thread(v);
+    }
+
+    pub(super) fn switch_next_pub(&mut self, p: PcpuId) -> Result<()> {
+        self.switch_next(p)
+    }
+}
+
+impl Core {
     /// A host-side kick (from a device or backend) reached the vCPU thread: wake it.
     ///
     /// # Errors
@@ -152,7 +162,15 @@ impl Core {
     /// Engine errors.
     pub fn start_scheduler(&mut self) -> Result<()> {
         for p in 0..self.pcpus.len() {
-            self.arm_slice(p)?;
+            if self.stagger_slices && !self.pcpus[p].runq.is_empty() {
+                // Unsynchronized pCPUs: the first timeslice ends at a random phase.
+                let at = self.now() + 1 + self.rng.below(self.costs.timeslice_ns.max(1));
+                let mut slice = self.pcpus[p].slice;
+                slice.arm(&mut self.q, at, Ev::Timeslice(p))?;
+                self.pcpus[p].slice = slice;
+            } else {
+                self.arm_slice(p)?;
+            }
         }
         Ok(())
     }

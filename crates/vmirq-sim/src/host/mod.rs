@@ -12,6 +12,7 @@ pub mod device;
 pub mod metrics;
 mod moderated;
 pub mod nic;
+mod spin;
 mod vcpu;
 
 pub use device::{Latency, Req, StorageDev};
@@ -42,6 +43,13 @@ pub enum IrqSrc {
     Resched {
         /// Sender.
         from: VcpuId,
+    },
+    /// A guest IPI with a workload-defined vector (TLB shootdown, PV unlock kick).
+    Vector {
+        /// Sender.
+        from: VcpuId,
+        /// Workload-defined vector.
+        vector: u8,
     },
     /// A virtual device interrupt.
     Device {
@@ -176,6 +184,10 @@ pub struct Core {
     pub metrics: Metrics,
     /// Workload randomness.
     pub rng: Rng,
+    /// The first timeslice of each pCPU ends at a random phase (set before
+    /// [`Core::start_scheduler`]); otherwise all pCPUs switch in lockstep, which amounts
+    /// to accidental gang scheduling of the VMs.
+    pub stagger_slices: bool,
 }
 
 /// Result alias of the host model.
@@ -201,6 +213,7 @@ impl Core {
             nics: Vec::new(),
             metrics: Metrics::default(),
             rng: Rng::new(seed, 1),
+            stagger_slices: false,
         }
     }
 

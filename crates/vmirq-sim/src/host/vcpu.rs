@@ -47,9 +47,9 @@ pub enum Idle {
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Current {
-    work: Work,
-    started: Nanos,
-    id: EventId,
+    pub(super) work: Work,
+    pub(super) started: Nanos,
+    pub(super) id: EventId,
 }
 
 /// One vCPU and its host thread.
@@ -75,6 +75,15 @@ pub struct Vcpu {
     pub(super) guest_wait_open: bool,
     pub(super) kicked: bool,
     pub(super) preempted: bool,
+    /// The VM this vCPU belongs to (0 unless a workload runs several VMs).
+    pub vm: usize,
+    /// Paravirtual remote TLB flush: the host flushes before the next VM entry, at this
+    /// cost (set by the guest through the shared `preempted` byte; see `crate::sync`).
+    pub flush_on_entry: Option<Nanos>,
+    /// Time this vCPU executed work items on its pCPU (guest code and exits).
+    pub run_ns: Nanos,
+    /// Of `run_ns`, the time per [`Tag::App`] tag.
+    pub app_ns: std::collections::BTreeMap<u32, Nanos>,
 }
 
 impl Vcpu {
@@ -95,7 +104,18 @@ impl Vcpu {
             guest_wait_open: false,
             kicked: false,
             preempted: false,
+            vm: 0,
+            flush_on_entry: None,
+            run_ns: 0,
+            app_ns: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// Whether the host scheduled the thread out involuntarily and it has not run since
+    /// (KVM's `vcpu->preempted`, published to the guest as `KVM_VCPU_PREEMPTED`).
+    #[must_use]
+    pub fn is_preempted(&self) -> bool {
+        self.preempted
     }
 
     /// Whether the vCPU is executing a work item.
@@ -112,6 +132,8 @@ pub enum Hook {
     App(VcpuId, u32),
     /// The guest entered the handler of an interrupt.
     Irq(VcpuId, Irq),
+    /// The vCPU thread got its pCPU back (after a preemption or a sleep).
+    Resumed(VcpuId),
 }
 
 impl Core {
@@ -165,6 +187,8 @@ impl Core {
         let Some(cur) = self.vcpus[v].cur.take() else {
             return Ok(None);
         };
+        let spent = self.now().saturating_sub(cur.started);
+        self.account(v, cur.work, spent);
         match cur.work.tag {
             Tag::Plain => Ok(None),
             Tag::App(t) => Ok(Some(Hook::App(v, t))),
@@ -412,6 +436,7 @@ impl Core {
         if let Some(cur) = self.vcpus[v].cur.take() {
             self.q.cancel(cur.id);
             let done = now.saturating_sub(cur.started);
+            self.account(v, cur.work, done);
             let rest = Work {
                 ns: cur.work.ns.saturating_sub(done),
                 ..cur.work
@@ -477,11 +502,21 @@ impl Core {
         Ok(Some(Hook::Irq(v, irq)))
     }
 
-    /// The vCPU thread got its pCPU.
-    pub fn running(&mut self, v: VcpuId) -> Result<()> {
+    /// The vCPU thread got its pCPU; the workload hears about it ([`Hook::Resumed`]).
+    pub fn running(&mut self, v: VcpuId) -> Result<Option<Hook>> {
         let vc = &mut self.vcpus[v];
         vc.run = Run::OnCpu;
         vc.kicked = false;
+        if let Some(ns) = vc.flush_on_entry.take() {
+            // record_steal_time(): KVM_VCPU_FLUSH_TLB was set while preempted.
+            vc.work.push_front(Work {
+                ns,
+                cat: Cat::Exit,
+                tag: Tag::Plain,
+            });
+            self.metrics.count("tlb_flush_on_entry");
+        }
+        let vc = &mut self.vcpus[v];
         if vc.preempted {
             vc.preempted = false;
         } else if vc.idle == Idle::Halted {
@@ -489,6 +524,7 @@ impl Core {
             self.close_waits(v, true);
             self.metrics.count("halt_wakeups_slept");
         }
-        self.dispatch(v)
+        self.dispatch(v)?;
+        Ok(Some(Hook::Resumed(v)))
     }
 }

@@ -3,11 +3,14 @@
 
 mod msg;
 mod net;
+mod parsec;
+pub mod profiles;
 mod sidecore;
 mod storage;
 
 pub use msg::{IpiMicro, TcpRr};
 pub use net::{NetRx, NetRxConfig};
+pub use parsec::{Parsec, ParsecConfig};
 pub use sidecore::{PathMode, Ping, PingConfig, SyncWrite, SyncWriteConfig};
 pub use storage::{Storage, StorageConfig};
 
@@ -41,6 +44,8 @@ pub enum WorkloadConfig {
     SyncWrite(SyncWriteConfig),
     /// Network receive (bulk stream and/or short messages) on vCPU 0.
     NetRx(NetRxConfig),
+    /// A PARSEC-like program (optionally next to a co-located CPU-bound VM).
+    Parsec(ParsecConfig),
 }
 
 /// A running workload.
@@ -58,6 +63,8 @@ pub enum Workload {
     SyncWrite(SyncWrite),
     /// See [`WorkloadConfig::NetRx`].
     NetRx(NetRx),
+    /// See [`WorkloadConfig::Parsec`].
+    Parsec(Box<Parsec>),
 }
 
 impl Workload {
@@ -76,6 +83,7 @@ impl Workload {
             WorkloadConfig::Ping(ref c) => Workload::Ping(Ping::new(c.clone())),
             WorkloadConfig::SyncWrite(ref c) => Workload::SyncWrite(SyncWrite::new(c.clone())),
             WorkloadConfig::NetRx(ref c) => Workload::NetRx(NetRx::new(c.clone())),
+            WorkloadConfig::Parsec(ref c) => Workload::Parsec(Box::new(Parsec::new(c.clone()))),
         }
     }
 
@@ -84,6 +92,7 @@ impl Workload {
     pub fn vcpus_needed(&self) -> usize {
         match self {
             Workload::Storage(_) | Workload::Ping(_) | Workload::NetRx(_) => 1,
+            Workload::Parsec(w) => w.vcpus(),
             _ => 2,
         }
     }
@@ -100,6 +109,7 @@ impl Workload {
             Workload::Ping(w) => w.start(core),
             Workload::SyncWrite(w) => w.start(core),
             Workload::NetRx(w) => w.start(core),
+            Workload::Parsec(w) => w.start(core),
         }
     }
 
@@ -115,6 +125,7 @@ impl Workload {
             Workload::Ping(w) => w.hook(core, hook),
             Workload::SyncWrite(w) => w.hook(core, hook),
             Workload::NetRx(w) => w.hook(core, hook),
+            Workload::Parsec(w) => w.hook(core, hook),
         }
     }
 

@@ -1,0 +1,367 @@
+//! Guest kernel synchronization on the host model: TLB shootdowns (native IPIs, KVM's
+//! paravirtual remote flush in its `kvmtlb` and steal-time forms, Shoot4U) and spinlocks
+//! (ticket, preemptable ticket = PMT, paravirtual), with Pause-Loop Exiting and directed
+//! yield. Sources: wakeup.md §2 and seeds.md §4.
+//!
+//! Spinning is guest work: a spin-wait item that ends early (via
+//! [`Core::end_spin`]) when its condition becomes true, and otherwise at the next point
+//! where the spinner decides something (PLE window, PMT timeout, PV spin threshold).
+//! Nothing is scripted: lock holder and waiter preemption and preempted shootdown targets
+//! happen only when the host scheduler has taken a vCPU off its pCPU.
+//!
+//! [`Guest`] holds the state of one VM's kernel; the PARSEC workload drives it and
+//! collects the threads whose operation finished from [`Guest::ready`].
+
+pub mod costs;
+mod lock;
+pub mod ple;
+mod tlb;
+
+pub use costs::SyncCosts;
+pub use lock::Lock;
+pub use ple::PleParams;
+
+use crate::costs::snb_cycles;
+use crate::host::{Cat, Core, Hook, IrqSrc, Result, Run, VcpuId, Work};
+use crate::Nanos;
+use serde::{Deserialize, Serialize};
+
+/// How the guest flushes remote TLBs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlbMode {
+    /// IPIs to every target; spin until all handlers ran.
+    #[default]
+    Native,
+    /// Today's KVM PV flush: skip targets whose steal-time `preempted` byte is set and set
+    /// `KVM_VCPU_FLUSH_TLB` instead (halted vCPUs are not marked and still get IPIs).
+    PvFlush,
+    /// The 2012 `kvmtlb` series: skip every target not in guest mode (preempted, halted,
+    /// or in an exit) and set `SHOULD_FLUSH`.
+    Kvmtlb,
+    /// Shoot4U: one hypercall; the host IPIs the targets' pCPUs and invalidates itself.
+    Shoot4u,
+}
+
+/// The kernel's spinlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockMode {
+    /// FIFO ticket spinlock.
+    #[default]
+    Ticket,
+    /// Preemptable ticket spinlock (Ouyang & Lange, VEE 2013).
+    Pmt,
+    /// Paravirtual ticket spinlock: halt after `SPIN_THRESHOLD` spins, kicked on unlock.
+    Pv,
+}
+
+/// Synchronization mechanisms of a run (scenario `[model.workload.sync]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// Remote TLB flush.
+    pub tlb: TlbMode,
+    /// Spinlock.
+    pub lock: LockMode,
+    /// Pause-Loop Exiting with directed yield.
+    pub ple: bool,
+    /// PLE window parameters (cycles).
+    pub ple_params: PleParams,
+    /// PMT timeout shift: waiter N times out after `2N << shift` spin iterations (v3.0
+    /// default 8; the ticket increment is 2).
+    pub pmt_shift: u32,
+    /// Beyond the papers: Shoot4U sends its physical IPIs to all target pCPUs at once and
+    /// waits once (like `smp_call_function_many`) instead of one synchronous
+    /// `smp_call_function_single` per target.
+    pub s4u_batched: bool,
+    /// Beyond the papers: after a native/PV shootdown IPIs a preempted target, the host
+    /// directs a yield to it (a co-scheduling hint from the shootdown target set).
+    pub tlb_boost: bool,
+    /// Costs.
+    pub costs: SyncCosts,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            tlb: TlbMode::Native,
+            lock: LockMode::Ticket,
+            ple: false,
+            ple_params: PleParams::default(),
+            pmt_shift: 8,
+            s4u_batched: false,
+            tlb_boost: false,
+            costs: SyncCosts::default(),
+        }
+    }
+}
+
+/// What a thread of the synchronizing VM is doing in the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// User code or waiting in user space (not in a kernel synchronization primitive).
+    User,
+    /// Kernel work before a shootdown (e.g. unmapping).
+    Kernel,
+    /// Flushing remote TLBs (sending, spinning for acks, or in the Shoot4U hypercall).
+    Tlb,
+    /// Waiting for lock `0`.
+    LockWait(usize),
+    /// Halted waiting for lock `0` (PV spinlock).
+    PvHalted(usize),
+    /// Holding lock `0`.
+    Critical(usize),
+}
+
+/// Per-vCPU synchronization state.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct VState {
+    pub(crate) phase: Phase,
+    /// Current PLE window in cycles.
+    ple_window: u64,
+    /// CPU time spun in the current lock wait.
+    spun_ns: Nanos,
+    /// Length of the spin item last pushed.
+    chunk_ns: Nanos,
+    /// PMT: spin time before this waiter competes out of order.
+    timeout_ns: Option<Nanos>,
+    timed_out: bool,
+    granted: bool,
+    /// When the current operation started (latency samples).
+    since: Nanos,
+    /// Kick target after the PV unlock hypercall.
+    kick: Option<VcpuId>,
+    /// Length of the pending critical section.
+    cs_ns: Nanos,
+}
+
+/// Workload tags of the synchronization model (the workload uses tags below 100).
+pub mod tags {
+    /// Kernel work before a shootdown.
+    pub const KERNEL: u32 = 100;
+    /// The initiator's local flush.
+    pub const LOCAL_FLUSH: u32 = 101;
+    /// Spinning for shootdown acks.
+    pub const SPIN_TLB: u32 = 102;
+    /// Spinning for a lock.
+    pub const SPIN_LOCK: u32 = 103;
+    /// A critical section.
+    pub const CRITICAL: u32 = 104;
+    /// A PAUSE exit and `kvm_vcpu_on_spin` while waiting for shootdown acks.
+    pub const PLE_EXIT: u32 = 105;
+    /// A PAUSE exit and `kvm_vcpu_on_spin` while waiting for a lock.
+    pub const PLE_EXIT_LOCK: u32 = 110;
+    /// One step of the Shoot4U hypercall.
+    pub const S4U_STEP: u32 = 106;
+    /// The PV unlock kick hypercall.
+    pub const KICK: u32 = 107;
+    /// The PV flush checks of the targets' `preempted` bytes.
+    pub const PV_CHECK: u32 = 108;
+    /// A TLB flush IPI handler for the shootdown of initiator `tag - FLUSH_HANDLER`.
+    pub const FLUSH_HANDLER: u32 = 10_000;
+}
+
+/// IPI vectors of the model.
+pub mod vectors {
+    /// TLB shootdown (call-function) IPI.
+    pub const TLB: u8 = 1;
+    /// PV spinlock unlock kick.
+    pub const KICK: u8 = 2;
+}
+
+const SPIN_FOREVER_NS: Nanos = 1_000_000_000;
+
+/// The kernel state of one VM whose threads synchronize.
+#[derive(Debug, Clone)]
+pub struct Guest {
+    /// Configuration.
+    pub cfg: SyncConfig,
+    /// The VM's vCPUs.
+    pub members: Vec<VcpuId>,
+    pub(crate) st: Vec<VState>,
+    pub(crate) locks: Vec<Lock>,
+    pub(crate) sd: tlb::Shootdowns,
+    last_boosted: usize,
+    /// Threads whose operation (shootdown, lock acquire + critical section) finished.
+    pub ready: Vec<VcpuId>,
+}
+
+impl Guest {
+    /// A VM made of `members` (vCPU ids, all below `n_vcpus`) with `locks` kernel locks.
+    #[must_use]
+    pub fn new(cfg: SyncConfig, members: Vec<VcpuId>, n_vcpus: usize, locks: usize) -> Self {
+        let st = VState {
+            phase: Phase::User,
+            ple_window: cfg.ple_params.window,
+            spun_ns: 0,
+            chunk_ns: 0,
+            timeout_ns: None,
+            timed_out: false,
+            granted: false,
+            since: 0,
+            kick: None,
+            cs_ns: 0,
+        };
+        Self {
+            cfg,
+            members,
+            st: vec![st; n_vcpus],
+            locks: vec![Lock::default(); locks.max(1)],
+            sd: tlb::Shootdowns::new(n_vcpus),
+            last_boosted: 0,
+            ready: Vec::new(),
+        }
+    }
+
+    /// The phase of `v`.
+    #[must_use]
+    pub fn phase(&self, v: VcpuId) -> Phase {
+        self.st[v].phase
+    }
+
+    /// Number of kernel locks.
+    #[must_use]
+    pub fn n_locks(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// React to a host-model hook that concerns synchronization. Returns whether it did.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn hook(&mut self, core: &mut Core, hook: Hook) -> Result<bool> {
+        match hook {
+            Hook::App(v, tags::KERNEL) => self.local_flush(core, v)?,
+            Hook::App(v, tags::LOCAL_FLUSH) => self.flush_others(core, v)?,
+            Hook::App(v, tags::PV_CHECK) => self.send_flush_ipis(core, v)?,
+            Hook::App(v, tags::S4U_STEP) => self.s4u_step(core, v)?,
+            Hook::App(v, tags::SPIN_TLB) => self.tlb_spin_done(core, v)?,
+            Hook::App(v, t) if t >= tags::FLUSH_HANDLER => {
+                self.flush_ack(core, v, (t - tags::FLUSH_HANDLER) as usize)?;
+            }
+            Hook::App(v, tags::SPIN_LOCK) => self.lock_spin_done(core, v)?,
+            Hook::App(v, tags::CRITICAL) => self.release(core, v)?,
+            Hook::App(v, tags::KICK) => self.kick_done(core, v)?,
+            Hook::App(v, tags::PLE_EXIT | tags::PLE_EXIT_LOCK) => self.ple_exit_done(core, v)?,
+            Hook::Irq(v, irq) => match irq.src {
+                IrqSrc::Vector {
+                    from,
+                    vector: vectors::TLB,
+                } => self.flush_ipi(core, v, from),
+                IrqSrc::Vector {
+                    vector: vectors::KICK,
+                    ..
+                } => self.kicked(core, v)?,
+                _ => return Ok(false),
+            },
+            Hook::Resumed(v) => self.resumed(core, v)?,
+            Hook::App(..) => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Cycles to ns at the model's 2.6 GHz.
+    fn cycles_ns(c: u64) -> Nanos {
+        snb_cycles(c).max(1)
+    }
+
+    /// Push a spin item for `v` (the condition is not met yet). Its length is the time to
+    /// the spinner's next decision: PLE window, PMT timeout, PV threshold.
+    fn spin(&mut self, core: &mut Core, v: VcpuId, tag: u32) {
+        let s = &self.st[v];
+        let mut ns = SPIN_FOREVER_NS;
+        if self.cfg.ple {
+            ns = ns.min(Self::cycles_ns(s.ple_window));
+        }
+        if tag == tags::SPIN_LOCK {
+            if let (Some(t), false) = (s.timeout_ns, s.timed_out) {
+                ns = ns.min(t.saturating_sub(s.spun_ns).max(1));
+            }
+            if self.cfg.lock == LockMode::Pv {
+                ns = ns.min(self.pv_threshold_ns().saturating_sub(s.spun_ns).max(1));
+            }
+        }
+        self.st[v].chunk_ns = ns;
+        core.vcpus[v].work.push_back(Work::app(ns, tag));
+    }
+
+    fn pv_threshold_ns(&self) -> Nanos {
+        self.cfg.costs.pv_spin_threshold_iters * self.cfg.costs.pause_iter_ns
+    }
+
+    /// The spin item ended at the PLE window: PAUSE exit, then directed yield.
+    fn ple_exit(&mut self, core: &mut Core, v: VcpuId) {
+        core.metrics.count("ple_exits");
+        let s = &mut self.st[v];
+        s.ple_window = self.cfg.ple_params.grow(s.ple_window);
+        let tag = if matches!(s.phase, Phase::LockWait(_)) {
+            tags::PLE_EXIT_LOCK
+        } else {
+            tags::PLE_EXIT
+        };
+        core.vcpus[v].work.push_back(Work {
+            ns: core.costs.exit_roundtrip_ns + self.cfg.costs.on_spin_ns,
+            cat: Cat::Exit,
+            tag: crate::host::Tag::App(tag),
+        });
+    }
+
+    /// `kvm_vcpu_on_spin`: round-robin from the last boosted vCPU over the VM's vCPUs
+    /// that are runnable and were preempted in the kernel; up to 3 failed `yield_to`s.
+    fn ple_exit_done(&mut self, core: &mut Core, v: VcpuId) -> Result<()> {
+        let n = self.members.len();
+        let mut failures = 0;
+        for k in 1..=n {
+            let i = (self.last_boosted + k) % n;
+            let u = self.members[i];
+            let vc = &core.vcpus[u];
+            let in_kernel = self.st[u].phase != Phase::User || !vc.work.is_empty();
+            if u == v || vc.run != Run::Queued || !vc.is_preempted() || !in_kernel {
+                continue;
+            }
+            if core.yield_to(v, u)? {
+                self.last_boosted = i;
+                break;
+            }
+            failures += 1;
+            if failures >= 3 {
+                break;
+            }
+        }
+        match self.st[v].phase {
+            Phase::Tlb => {
+                if self.sd.done(v) {
+                    self.tlb_complete(core, v);
+                } else {
+                    self.spin(core, v, tags::SPIN_TLB);
+                }
+            }
+            Phase::LockWait(_) => {
+                if self.st[v].granted {
+                    self.enter_critical(core, v);
+                } else {
+                    self.spin(core, v, tags::SPIN_LOCK);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The vCPU got its pCPU back: PLE window shrink (`vmx_vcpu_load` after being
+    /// scheduled out); a PMT waiter may take a free lock.
+    fn resumed(&mut self, core: &mut Core, v: VcpuId) -> Result<()> {
+        if v >= self.st.len() || !self.members.contains(&v) {
+            return Ok(());
+        }
+        if self.cfg.ple {
+            let s = &mut self.st[v];
+            s.ple_window = self.cfg.ple_params.shrink(s.ple_window);
+        }
+        if let Phase::LockWait(l) = self.st[v].phase {
+            self.try_take(core, v, l)?;
+        }
+        Ok(())
+    }
+}
