@@ -11,12 +11,18 @@
 //!
 //! where `hits(W)` are idle gaps shorter than `W` (the poll catches them and saves a sleeping
 //! wakeup, worth `wake_ns`), and `polled_ns(W)` is the CPU burnt polling: the gap itself for a
-//! hit (estimated at 3/4 of the bucket's upper edge) and `W` for every miss. `cpu_pct` says what
+//! hit (each bucket keeps the sum of its gaps) and `W` for every miss. `cpu_pct` says what
 //! a nanosecond of polling CPU is worth against a nanosecond of wakeup latency (default 10 %).
 //! `wake_ns` is learned (EWMA, weight 1/8) from the wakeup costs the waiter reports.
 //!
-//! Counts are halved when the total reaches 1024 so the histogram follows phase changes. The
-//! choice is recomputed every 8 observations (32 buckets, prefix sums: O(32)); `begin` is O(1).
+//! The gap recorded is when the wake *event* came, not when the waiter ran again: after a
+//! sleep the waiter resumes `wake_cost_ns` after the event, so that much is taken off.
+//! Recording the resume time instead would put every missed wake a whole wakeup cost later
+//! than it was, and the policy would chase that phantom tail with longer windows.
+//!
+//! Counts and sums are halved when the total reaches 1024 so the histogram follows phase
+//! changes. The choice is recomputed every 8 observations (32 buckets, prefix sums: O(32));
+//! `begin` is O(1).
 
 use super::{WaitDecision, Waiter, WakeOutcome};
 use crate::Nanos;
@@ -52,6 +58,8 @@ impl Default for HistogramConfig {
 pub struct Histogram {
     cfg: HistogramConfig,
     buckets: [u32; HISTOGRAM_BUCKETS],
+    /// Sum of the gaps in each bucket, ns (what polling until each of them costs).
+    sums: [u64; HISTOGRAM_BUCKETS],
     total: u32,
     wake_ns: Nanos,
     window: Nanos,
@@ -73,6 +81,7 @@ impl Histogram {
         Self {
             cfg,
             buckets: [0; HISTOGRAM_BUCKETS],
+            sums: [0; HISTOGRAM_BUCKETS],
             total: 0,
             wake_ns: cfg.wake_ns,
             window: 0,
@@ -88,12 +97,15 @@ impl Histogram {
     }
 
     fn record(&mut self, gap: Nanos) {
-        self.buckets[bucket_of(gap)] += 1;
+        let k = bucket_of(gap);
+        self.buckets[k] += 1;
+        self.sums[k] = self.sums[k].saturating_add(gap);
         self.total += 1;
         if self.total >= DECAY_AT {
             self.total = 0;
-            for b in &mut self.buckets {
+            for (b, sum) in self.buckets.iter_mut().zip(&mut self.sums) {
                 *b /= 2;
+                *sum /= 2;
                 self.total += *b;
             }
         }
@@ -116,13 +128,13 @@ impl Histogram {
         let wake = i128::from(self.wake_ns) * 100;
         let (mut best_w, mut best_score) = (0u64, 0i128);
         let (mut hits, mut hit_poll_ns) = (0i128, 0i128);
-        for (k, &count) in self.buckets.iter().enumerate() {
+        for (k, (&count, &sum)) in self.buckets.iter().zip(&self.sums).enumerate() {
             let edge = 1u64 << (k + 1);
             if edge > self.cfg.max_ns {
                 break;
             }
             hits += i128::from(count);
-            hit_poll_ns += i128::from(count) * i128::from(edge - edge / 4);
+            hit_poll_ns += i128::from(sum);
             let misses = i128::from(self.total) - hits;
             let score = hits * wake - cpu * (hit_poll_ns + misses * i128::from(edge));
             if score > best_score {
@@ -146,9 +158,13 @@ impl Waiter for Histogram {
     }
 
     fn end(&mut self, now: Nanos, outcome: WakeOutcome) {
-        self.record(now.saturating_sub(self.start));
+        let resumed = now.saturating_sub(self.start);
         if outcome.slept {
+            // The event came `wake_cost_ns` before the waiter ran again (0 when unknown).
+            self.record(resumed.saturating_sub(outcome.wake_cost_ns));
             self.learn_wake_cost(outcome.wake_cost_ns);
+        } else {
+            self.record(resumed);
         }
         self.since_recompute += 1;
         if self.since_recompute >= RECOMPUTE_EVERY {
@@ -225,6 +241,60 @@ mod tests {
         });
         feed(&mut h, &[100_000], 64);
         assert!(h.window_ns() <= 50_000);
+    }
+
+    /// Each wait: the event comes `gap` after `begin`; a poll that covers it ends then, else
+    /// the waiter sleeps and resumes `wake_cost` later, reporting that cost.
+    fn feed_events(h: &mut Histogram, gap: Nanos, wake_cost: Nanos, n: usize) {
+        let mut t = 0;
+        for _ in 0..n {
+            let w = h.begin(t).window_ns(t);
+            if gap <= w {
+                t += gap;
+                h.end(t, WakeOutcome::POLLED);
+            } else {
+                t += gap + wake_cost;
+                h.end(
+                    t,
+                    WakeOutcome {
+                        wake_cost_ns: wake_cost,
+                        ..WakeOutcome::SLEPT
+                    },
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn slept_wakes_are_recorded_when_the_event_came_not_when_the_waiter_resumed() {
+        let mut h = Histogram::new(HistogramConfig::default());
+        // Events 20 µs into each wait. The first 8 waits sleep (no history yet) and resume
+        // 60 µs after the event; recorded at 80 µs they would make the window 131 µs.
+        feed_events(&mut h, 20_000, 60_000, 8);
+        assert_eq!(h.window_ns(), 32_768);
+        feed_events(&mut h, 20_000, 60_000, 64);
+        assert_eq!(h.window_ns(), 32_768);
+    }
+
+    #[test]
+    fn hit_cost_is_the_observed_gap_not_a_bucket_estimate() {
+        // Polling at full price (cpu_pct 100) pays off only if a hit polls for less than a
+        // wakeup costs (20 µs). Gaps of 17 µs do; a 3/4-of-edge estimate (24.6 µs) says not.
+        let mut h = Histogram::new(HistogramConfig {
+            wake_ns: 20_000,
+            cpu_pct: 100,
+            ..HistogramConfig::default()
+        });
+        feed(&mut h, &[17_000], 64);
+        assert_eq!(h.window_ns(), 32_768);
+        // Gaps of 25 µs cost more to poll for than the wakeup they save: no window.
+        let mut h = Histogram::new(HistogramConfig {
+            wake_ns: 20_000,
+            cpu_pct: 100,
+            ..HistogramConfig::default()
+        });
+        feed(&mut h, &[25_000], 64);
+        assert_eq!(h.window_ns(), 0);
     }
 
     #[test]
