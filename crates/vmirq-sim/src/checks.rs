@@ -32,6 +32,21 @@ fn metric(runs: &[(String, RunResult)], label: &str, key: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The largest ratio (or reduction in percent) of `metric` over the check's run pairs.
+fn max_over_pairs(c: &CheckSpec, runs: &[(String, RunResult)]) -> f64 {
+    c.pairs
+        .iter()
+        .map(|(a, b)| {
+            let r = metric(runs, a, &c.metric) / metric(runs, b, &c.metric);
+            if c.op == Op::MaxReduction {
+                (1.0 - r) * 100.0
+            } else {
+                r
+            }
+        })
+        .fold(f64::NAN, f64::max)
+}
+
 /// Evaluate one check.
 #[must_use]
 pub fn evaluate(c: &CheckSpec, runs: &[(String, RunResult)]) -> CheckResult {
@@ -45,8 +60,14 @@ pub fn evaluate(c: &CheckSpec, runs: &[(String, RunResult)]) -> CheckResult {
         Op::Diff => a - b,
         Op::Ratio => a / b,
         Op::Gain => (a / b - 1.0) * 100.0,
+        Op::MaxRatio | Op::MaxReduction => max_over_pairs(c, runs),
+        Op::Max => c
+            .over
+            .iter()
+            .map(|l| metric(runs, l, &c.metric))
+            .fold(f64::NAN, f64::max),
     };
-    let sim = if matches!(c.op, Op::Ratio | Op::Gain) {
+    let sim = if matches!(c.op, Op::Ratio | Op::Gain | Op::MaxRatio | Op::MaxReduction) {
         raw
     } else {
         raw * c.scale

@@ -58,6 +58,10 @@ pub struct Costs {
     pub context_switch_ns: Nanos,
     /// Host scheduler timeslice. wakeup.md §4.4 toy model: 3 ms.
     pub timeslice_ns: Nanos,
+    /// Shortest run a thread gets after a directed yield handed it the pCPU before the
+    /// scheduler reconsiders (CFS `sysctl_sched_min_granularity`: 0.75 ms x (1 + log2 8)
+    /// on 8+ CPUs = 3 ms; an approximation of CFS's vruntime-based choice after a yield).
+    pub min_granularity_ns: Nanos,
     /// Host interrupt handler of a physical device completion (MSI) before the backend acts.
     /// Assumption: same as the guest's interrupt entry (1,400 cycles).
     pub host_irq_ns: Nanos,
@@ -79,6 +83,7 @@ impl Default for Costs {
             context_switch_ns: snb_cycles(4_250),
             timeslice_ns: 3_000_000,
             host_irq_ns: snb_cycles(1_400),
+            min_granularity_ns: 3_000_000,
         }
     }
 }

@@ -63,7 +63,7 @@ struct RunSpec {
 
 /// How a check derives its simulated value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Op {
     /// `metric(run)`.
     #[default]
@@ -74,6 +74,12 @@ pub enum Op {
     Ratio,
     /// `(metric(run) / metric(run_b) - 1) * 100`, a gain in percent.
     Gain,
+    /// The largest `metric(a) / metric(b)` over `pairs` ("up to N x").
+    MaxRatio,
+    /// The largest `(1 - metric(a) / metric(b)) * 100` over `pairs` ("up to N% faster").
+    MaxReduction,
+    /// The largest `metric(r)` over the runs `over` ("up to N%"), times `scale`.
+    Max,
 }
 
 /// A published number and how to compute its simulated counterpart.
@@ -94,6 +100,12 @@ pub struct CheckSpec {
     /// Second run for diff/ratio/gain.
     #[serde(default)]
     pub run_b: Option<String>,
+    /// `(a, b)` run pairs for `max-ratio` / `max-reduction`.
+    #[serde(default)]
+    pub pairs: Vec<(String, String)>,
+    /// Runs for `max`.
+    #[serde(default)]
+    pub over: Vec<String>,
     /// Metric key in the run's values.
     pub metric: String,
     /// Operation.
@@ -239,7 +251,8 @@ impl Scenario {
     fn validate_refs(&self) -> Result<()> {
         let has = |l: &str| self.runs.iter().any(|(x, _)| x == l);
         for c in &self.checks {
-            for l in std::iter::once(&c.run).chain(c.run_b.iter()) {
+            let pairs = c.pairs.iter().flat_map(|(a, b)| [a, b]).chain(&c.over);
+            for l in std::iter::once(&c.run).chain(c.run_b.iter()).chain(pairs) {
                 if !has(l) {
                     return Err(ScenarioError::Reference(format!(
                         "check {:?} names unknown run {l:?}",

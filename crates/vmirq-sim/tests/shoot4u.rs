@@ -120,3 +120,35 @@ fn shootdown_latency_1vm_vs_2vm() {
     let t = check(&r, "native 2-VM shootdown latency tail (max)");
     assert!(t.simulated > 5_000.0 && t.simulated < 100_000.0, "{t:?}");
 }
+
+#[test]
+fn parsec_normalized_execution_time_with_a_colocated_vm() {
+    let r = run_scenario("shoot4u_parsec", &["workload.work_us=30000"]);
+    for (label, run) in &r.runs {
+        assert_eq!(counter(run, "parsec_finished"), 1, "{label} finished");
+        assert_eq!(counter(run, "tlb_model_errors"), 0, "{label}");
+        assert_eq!(counter(run, "lock_model_errors"), 0, "{label}");
+        assert_eq!(counter(run, "ticket_fifo_violations"), 0, "{label}");
+        let prof: u64 = ["user", "lock", "tlb", "other"]
+            .iter()
+            .map(|k| counter(run, &format!("prof_{k}_bp")))
+            .sum();
+        assert!((9_990..=10_000).contains(&prof), "{label}: profile adds up");
+    }
+    let norm = |p: &str, c: &str| {
+        value(&r, &format!("{p}-{c}"), "parsec_exec_us")
+            / value(&r, &format!("{p}-1vm"), "parsec_exec_us")
+    };
+    // Two VMs share the pCPUs: at least 2x; the shootdown-heavy programs far more.
+    assert!(norm("dedup", "baseline") > 5.0);
+    assert!(norm("blackscholes", "baseline") < 4.0);
+    for p in ["dedup", "vips", "x264", "ferret"] {
+        assert!(norm(p, "pmt-shoot4u") < 0.5 * norm(p, "baseline"), "{p}");
+        assert!(norm(p, "pmt-shoot4u") > 1.8, "{p}: still shares the pCPUs");
+    }
+    let c = check(
+        &r,
+        "Shoot4U (PMT+Shoot4U) runtime reduction vs baseline, up to",
+    );
+    assert!(c.simulated > 60.0, "{c:?}");
+}

@@ -111,7 +111,15 @@ impl Core {
         self.pcpus[p].runq.push_back(c);
         self.pcpus[p].current = None;
         self.metrics.count("yield_preemptions");
-        self.switch_next_pub(p)
+        self.switch_next_pub(p)?;
+        // After a yield, CFS reconsiders after the minimum granularity, not a full slice.
+        if !self.pcpus[p].runq.is_empty() {
+            let at = self.now() + self.costs.min_granularity_ns.min(self.costs.timeslice_ns);
+            let mut slice = self.pcpus[p].slice;
+            slice.arm(&mut self.q, at, Ev::Timeslice(p))?;
+            self.pcpus[p].slice = slice;
+        }
+        Ok(())
     }
 
     /// A host interrupt on pCPU `p` (a physical IPI) takes `ns` from the vCPU running in

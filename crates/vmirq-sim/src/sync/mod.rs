@@ -22,7 +22,7 @@ pub use lock::Lock;
 pub use ple::PleParams;
 
 use crate::costs::snb_cycles;
-use crate::host::{Cat, Core, Hook, IrqSrc, Result, Run, VcpuId, Work};
+use crate::host::{Cat, Core, Hook, IrqSrc, Result, Run, Tag, VcpuId, Work};
 use crate::Nanos;
 use serde::{Deserialize, Serialize};
 
@@ -303,7 +303,7 @@ impl Guest {
         core.vcpus[v].work.push_back(Work {
             ns: core.costs.exit_roundtrip_ns + self.cfg.costs.on_spin_ns,
             cat: Cat::Exit,
-            tag: crate::host::Tag::App(tag),
+            tag: Tag::App(tag),
         });
     }
 
@@ -316,8 +316,7 @@ impl Guest {
             let i = (self.last_boosted + k) % n;
             let u = self.members[i];
             let vc = &core.vcpus[u];
-            let in_kernel = self.st[u].phase != Phase::User || !vc.work.is_empty();
-            if u == v || vc.run != Run::Queued || !vc.is_preempted() || !in_kernel {
+            if u == v || vc.run != Run::Queued || !vc.is_preempted() || !self.in_kernel(core, u) {
                 continue;
             }
             if core.yield_to(v, u)? {
@@ -347,6 +346,20 @@ impl Guest {
             _ => {}
         }
         Ok(())
+    }
+
+    /// What `kvm_vcpu_on_spin` (with `yield_to_kernel_mode`) accepts: the vCPU was
+    /// preempted in kernel mode, or has an interrupt pending. User mode = the thread is in
+    /// user code and what it resumes is a user item (tags below 100).
+    fn in_kernel(&self, core: &Core, u: VcpuId) -> bool {
+        let w = &core.vcpus[u].work;
+        if self.st[u].phase != Phase::User || w.iter().any(|x| matches!(x.tag, Tag::IrqEntry(_))) {
+            return true;
+        }
+        match w.front() {
+            None => false,
+            Some(x) => !matches!(x.tag, Tag::App(t) if t < 100),
+        }
     }
 
     /// The vCPU got its pCPU back: PLE window shrink (`vmx_vcpu_load` after being
