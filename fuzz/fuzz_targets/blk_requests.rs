@@ -1,12 +1,14 @@
 //! Fuzz the vmirq-blk request path with arbitrary sequences of driver actions on a mock guest:
 //! raw descriptors (any address, length, flags, next index), arbitrary heads published in
 //! the available ring, well-formed requests of any type and sector, EVENT_IDX thresholds,
-//! kicks and hold-timer events. The engine must never panic, hang, or return a used entry
+//! kicks and hold-timer events, and (with asynchronous storage) storage finishing or failing
+//! operations in any order between them. The engine must never panic, hang, or return a used entry
 //! for a descriptor outside the table; completed requests carry a valid status.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use vmirq_blk::manual_io::manual_io;
 use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, REGION0_LEN, REGION1_START};
 
 const QUEUE_SIZE: u16 = 32;
@@ -49,6 +51,12 @@ enum Op {
     Kick,
     /// Deliver the hold timer event.
     Timer,
+    /// Asynchronous storage finishes this many of its oldest operations.
+    Finish(u8),
+    /// Asynchronous storage fails this many of its oldest operations.
+    Fail(u8),
+    /// The storage completion fd fires.
+    IoReady,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -58,6 +66,8 @@ struct Input {
     moderation: u8,
     /// Engine batch bound 1..=4 (small bounds exercise the resume-by-timer path).
     max_batches: u8,
+    /// Some(capacity 1..=8): storage completes only on `Finish`/`Fail` (like io_uring).
+    async_storage: Option<u8>,
     ops: Vec<Op>,
 }
 
@@ -73,7 +83,14 @@ fuzz_target!(|input: Input| {
         max_batches_per_event: usize::from(input.max_batches % 4) + 1,
         ..DeviceOpts::default()
     };
-    let mut d = TestDevice::new(opts);
+    let capacity = input.async_storage.map(|c| usize::from(c % 8) + 1);
+    let (mut d, io) = match capacity {
+        Some(c) => {
+            let (io, handle) = manual_io(c, opts.disk_bytes);
+            (TestDevice::with_io(opts, Box::new(io)), Some(handle))
+        }
+        None => (TestDevice::new(opts), None),
+    };
     let mut requests = Vec::new();
     for op in input.ops.into_iter().take(64) {
         match op {
@@ -92,6 +109,20 @@ fuzz_target!(|input: Input| {
             Op::UsedEvent(v) => d.guest.set_used_event(v),
             Op::Kick => d.kick(),
             Op::Timer => d.timer(),
+            Op::Finish(n) => {
+                if let Some(io) = &io {
+                    let _ = io.finish(usize::from(n % 4));
+                }
+            }
+            Op::Fail(n) => {
+                if let Some(io) = &io {
+                    let _ = io.fail(usize::from(n % 4));
+                }
+            }
+            Op::IoReady => d.io_ready(),
+        }
+        if let Some(c) = capacity {
+            assert!(d.engine.in_flight() <= c, "more requests in flight than storage takes");
         }
         for (id, _len) in d.guest.take_used() {
             assert!(id < u32::from(QUEUE_SIZE), "used entry for descriptor {id} outside the table");
@@ -99,6 +130,17 @@ fuzz_target!(|input: Input| {
     }
     if !d.engine.is_broken() {
         d.kick();
-        let _ = d.guest.take_used();
     }
+    if let Some(io) = &io {
+        // Drain: every started operation finishes and leaves the engine (completed, or
+        // dropped when the queue is broken), so nothing keeps a completion fd readable.
+        for _ in 0..64 {
+            if io.finish(usize::MAX) == 0 && d.engine.in_flight() == 0 {
+                break;
+            }
+            d.io_ready();
+        }
+        assert_eq!(d.engine.in_flight(), 0, "requests left in flight after storage finished");
+    }
+    let _ = d.guest.take_used();
 });

@@ -196,3 +196,30 @@ fn none_signals_each_asynchronous_completion() {
         assert_eq!(d.signals(), i);
     }
 }
+
+/// A queue broken by the guest (a head index outside the descriptor table) completes
+/// nothing more, but still reaps storage, so the completion fd does not stay readable and
+/// keep the worker spinning.
+#[test]
+fn a_broken_queue_still_reaps_storage_without_completing() {
+    let (mut d, io) = device(4, DeviceOpts::default());
+    let _ = reads(&mut d, 1);
+    d.guest.publish(1000);
+    d.kick();
+    assert!(
+        d.engine.is_broken(),
+        "a head outside the table did not break the queue"
+    );
+    assert_eq!(d.engine.in_flight(), 1);
+    assert_eq!(io.finish(1), 1);
+    d.io_ready();
+    assert_eq!(
+        d.engine.in_flight(),
+        0,
+        "storage of a broken queue was not reaped"
+    );
+    assert!(
+        d.guest.take_used().is_empty(),
+        "a broken queue completed a request"
+    );
+}

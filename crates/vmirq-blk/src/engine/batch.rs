@@ -151,11 +151,33 @@ impl QueueEngine {
             self.parts.io.reap(&mut done);
         }
         let result = self.complete_all(ring, mem, &mut ready, &mut done);
+        // On an error (the queue breaks) `done` keeps the operations not yet handled, so
+        // `discard_finished` can give their tags back.
         ready.clear();
-        done.clear();
         self.inflight.ready = ready;
         self.inflight.done = done;
         result
+    }
+
+    /// Reap finished storage operations and drop their requests without completing them
+    /// (the queue is broken; the driver must reset it).
+    pub(super) fn discard_finished(&mut self) {
+        let mut done = std::mem::take(&mut self.inflight.done);
+        if self.parts.io.in_flight() > 0 {
+            self.parts.io.reap(&mut done);
+        }
+        for d in done.drain(..) {
+            let slot = usize::try_from(d.tag)
+                .ok()
+                .and_then(|i| self.inflight.pending.get_mut(i));
+            if let Some(entry) = slot {
+                if entry.take().is_some() {
+                    self.inflight.free.push(d.tag);
+                }
+            }
+        }
+        self.inflight.ready.clear();
+        self.inflight.done = done;
     }
 
     fn complete_all(
@@ -174,7 +196,10 @@ impl QueueEngine {
             self.complete(&slot, mem, ring, mem)?;
             last = self.completed(completed_at, slot.meta, ring, mem)?;
         }
-        for d in done.drain(..) {
+        // Handled from the back of a reversed list, so an error leaves exactly the
+        // unhandled ones in `done`, in storage's order.
+        done.reverse();
+        while let Some(d) = done.pop() {
             let entry = usize::try_from(d.tag)
                 .ok()
                 .and_then(|i| self.inflight.pending.get_mut(i))

@@ -195,6 +195,12 @@ impl QueueEngine {
 
     /// Storage finished operations (the completion fd became readable).
     pub fn on_io(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
+        if self.broken {
+            // Nobody completes requests on a broken queue, but storage must still be reaped,
+            // or its level-triggered completion fd would keep the worker spinning.
+            self.discard_finished();
+            return;
+        }
         self.guarded(ring, mem, |e, r, m| {
             if let Some(d) = e.complete_finished(r, m)? {
                 e.apply(d, false, r, m)?;
@@ -248,6 +254,7 @@ impl QueueEngine {
             QueueCounters::add(&self.parts.counters.errors, 1);
             self.broken = true;
             let _ = self.timer.cancel();
+            self.discard_finished();
         }
     }
 
