@@ -12,6 +12,7 @@ use crate::engine::{QueueEngine, Ring};
 use crate::virtio::{feature, BlkConfig};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringState, VringT};
@@ -37,6 +38,12 @@ pub struct BlkBackend {
     /// Raw fds of the exit-event consumers handed to the worker epoll loops (see
     /// [`BlkBackend::exit_consumer_fds`]).
     exit_fds: Mutex<Vec<RawFd>>,
+    /// Each queue's vring, remembered from the worker events (vhost-user-backend hands the
+    /// vrings only to `handle_event`), so `stop_vring` can complete requests in flight. A
+    /// queue that never had an event has nothing in flight.
+    vrings: Mutex<Vec<Option<VringRwLock<GuestMem>>>>,
+    /// Bit `q` set: queue `q`'s vring is in `vrings` (checked without the lock per event).
+    vrings_known: AtomicU64,
 }
 
 impl BlkBackend {
@@ -64,6 +71,7 @@ impl BlkBackend {
             features |= bit(feature::BLK_DISCARD) | bit(feature::BLK_WRITE_ZEROES);
         }
         let masks = thread_masks(engines.len(), usize::from(threads));
+        let vrings = Mutex::new(vec![None; engines.len()]);
         let engines = engines.into_iter().map(Mutex::new).collect();
         Self {
             config,
@@ -73,7 +81,28 @@ impl BlkBackend {
             engines,
             masks,
             exit_fds: Mutex::new(Vec::new()),
+            vrings,
+            vrings_known: AtomicU64::new(0),
         }
+    }
+
+    /// Remember the vrings of `thread` (once per queue).
+    fn remember_vrings(&self, thread: usize, vrings: &[VringRwLock<GuestMem>]) {
+        let mask = self.masks.get(thread).copied().unwrap_or(0);
+        if self.vrings_known.load(Ordering::Acquire) & mask == mask {
+            return;
+        }
+        let mut known = self.vrings.lock().unwrap_or_else(PoisonError::into_inner);
+        for (local, vring) in vrings.iter().enumerate() {
+            if let Some(slot) =
+                global_index(&self.masks, thread, local).and_then(|q| known.get_mut(q))
+            {
+                if slot.is_none() {
+                    *slot = Some(vring.clone());
+                }
+            }
+        }
+        self.vrings_known.fetch_or(mask, Ordering::Release);
     }
 
     /// Queue bitmask of each worker thread.
@@ -223,6 +252,23 @@ impl VhostUserBackend for BlkBackend {
     fn queues_per_thread(&self) -> Vec<u64> {
         self.masks.clone()
     }
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        let q = queue_index as usize;
+        let vring = self
+            .vrings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(q)
+            .cloned()
+            .flatten();
+        if let (Some(vring), Some(engine)) = (vring, self.engines.get(q)) {
+            let mem = self.mem.memory().into_inner();
+            // Same lock order as the worker (engine, then vring).
+            let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
+            engine.on_stop(&mut *vring.get_mut(), &mem);
+        }
+        Ok(())
+    }
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
         let (consumer, notifier) =
             new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
@@ -243,6 +289,9 @@ impl VhostUserBackend for BlkBackend {
         let n = self.engines.len();
         if !evset.contains(EventSet::IN) {
             return Ok(());
+        }
+        if event < vrings.len() {
+            self.remember_vrings(thread_id, vrings);
         }
         let mem = self.mem.memory().into_inner();
         if event < vrings.len() {

@@ -459,6 +459,11 @@ impl TestDevice {
         self.engine.on_kick(&mut self.guest.ring, &self.guest.mem);
     }
 
+    /// The frontend stops the ring (vhost-user GET_VRING_BASE).
+    pub fn stop(&mut self) {
+        self.engine.on_stop(&mut self.guest.ring, &self.guest.mem);
+    }
+
     /// The storage completion fd became readable.
     pub fn io_ready(&mut self) {
         self.engine.on_io(&mut self.guest.ring, &self.guest.mem);

@@ -223,3 +223,35 @@ fn a_broken_queue_still_reaps_storage_without_completing() {
         "a broken queue completed a request"
     );
 }
+
+/// GET_VRING_BASE (the VM stops or migrates): every request in flight finishes and is in the
+/// used ring, and signalled even if the policy was holding it, before the ring position is
+/// reported.
+#[test]
+fn stopping_the_ring_completes_and_signals_everything_in_flight() {
+    let opts = DeviceOpts {
+        moderation: "count:usecs=1000000,frames=64".parse().expect("spec"),
+        ..DeviceOpts::default()
+    };
+    let (mut d, io) = device(8, opts);
+    let subs = reads(&mut d, 3);
+    d.kick();
+    assert_eq!(io.finish(1), 1);
+    d.io_ready();
+    assert_eq!(
+        d.signals(),
+        0,
+        "count policy should hold the first completion"
+    );
+    d.stop();
+    assert_eq!(io.waits(), 1, "stop did not wait for storage");
+    assert_eq!(d.engine.in_flight(), 0);
+    assert_eq!(d.guest.take_used().len(), 3);
+    assert!(subs.iter().all(|s| d.guest.status(s) == status::OK));
+    assert_eq!(d.signals(), 1, "held completions not signalled at stop");
+    assert_eq!(
+        d.engine.timer_deadline(),
+        None,
+        "hold timer left armed on a stopped ring"
+    );
+}

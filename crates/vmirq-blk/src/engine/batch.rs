@@ -159,6 +159,14 @@ impl QueueEngine {
         result
     }
 
+    /// Block until storage has finished every operation in flight (or `timeout_ms`), keeping
+    /// the finished ones for `complete_finished`.
+    pub(super) fn wait_for_storage(&mut self, timeout_ms: u32) {
+        let mut done = std::mem::take(&mut self.inflight.done);
+        self.parts.io.wait(&mut done, timeout_ms);
+        self.inflight.done = done;
+    }
+
     /// Reap finished storage operations and drop their requests without completing them
     /// (the queue is broken; the driver must reset it).
     pub(super) fn discard_finished(&mut self) {

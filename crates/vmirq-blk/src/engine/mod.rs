@@ -213,6 +213,30 @@ impl QueueEngine {
         });
     }
 
+    /// The frontend stops the ring (vhost-user GET_VRING_BASE: the VM stops or migrates):
+    /// wait for storage in flight and put every finished request in the used ring before the
+    /// ring's position is reported, so no request is lost across the stop and no buffer
+    /// changes after it. Chains still in the available ring stay there (the reported
+    /// position is the next one to pop).
+    pub fn on_stop(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
+        self.guarded(ring, mem, |e, r, m| {
+            e.wait_for_storage(QUIESCE_TIMEOUT_MS);
+            let completed = e.complete_finished(r, m)?.is_some();
+            if completed {
+                // Whatever the policy held goes out now: the ring stops.
+                e.notify(r, m)?;
+            }
+            if e.parts.io.in_flight() > 0 {
+                tracing::error!(
+                    queue = e.parts.index,
+                    "storage operations did not finish before the ring stopped"
+                );
+            }
+            e.timer.cancel()?;
+            Ok(())
+        });
+    }
+
     /// The guest kicked the queue.
     pub fn on_kick(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
         QueueCounters::add(&self.parts.counters.kicks, 1);
