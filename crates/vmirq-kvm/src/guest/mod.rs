@@ -206,12 +206,14 @@ mod tests {
             apic: true,
             idle: Idle::Halt,
             sender: false,
+            pad_eoi: false,
         })
         .expect("assembles");
         let two = super::wake::program(WakeGuest {
             apic: true,
             idle: Idle::Halt,
             sender: true,
+            pad_eoi: false,
         })
         .expect("assembles");
         assert_eq!((one.entries.len(), two.entries.len()), (1, 2));
@@ -236,6 +238,40 @@ mod tests {
             &one.code[offset..offset + 2],
             &[0x0f, 0x31],
             "handler starts with rdtsc"
+        );
+    }
+
+    /// Instructions from the wake handler's entry to its `iretq`.
+    fn handler_instructions(apic: bool, pad_eoi: bool) -> usize {
+        let p = super::wake::program(WakeGuest {
+            apic,
+            idle: Idle::Halt,
+            sender: false,
+            pad_eoi,
+        })
+        .expect("assembles");
+        let start = p.handler(WAKE_VECTOR);
+        let offset = usize::try_from(start - layout::CODE).expect("small");
+        let mut d = iced_x86::Decoder::with_ip(64, &p.code[offset..], start, 0);
+        let mut n = 0;
+        for ins in &mut d {
+            n += 1;
+            if ins.mnemonic() == iced_x86::Mnemonic::Iretq {
+                return n;
+            }
+        }
+        panic!("no iretq in the handler");
+    }
+
+    #[test]
+    fn padded_handler_without_apic_runs_as_many_instructions_as_the_eoi_one() {
+        assert_eq!(
+            handler_instructions(false, true),
+            handler_instructions(true, false)
+        );
+        assert_eq!(
+            handler_instructions(false, false) + 4,
+            handler_instructions(true, false)
         );
     }
 

@@ -33,6 +33,11 @@ pub struct WakeGuest {
     pub idle: Idle,
     /// Add vCPU 1, the x2APIC IPI sender.
     pub sender: bool,
+    /// Without `apic`: run as many instructions in the handler as the EOI takes (register
+    /// moves in place of the MSR write), so the HLT comes about as long after each wake as on
+    /// the irqchip path. Guest ring 0 is emulated at ~1 µs per instruction here, so four
+    /// missing instructions start the next halt, and any poll, ~2-3 µs earlier.
+    pub pad_eoi: bool,
 }
 
 /// Assemble the wake program.
@@ -104,6 +109,11 @@ fn emit_handler(b: &mut Builder, opts: WakeGuest) -> AsmResult {
         b.a.xor(eax, eax)?;
         b.a.xor(edx, edx)?;
         b.a.wrmsr()?;
+    } else if opts.pad_eoi {
+        b.a.mov(ecx, msr::X2APIC_EOI)?;
+        b.a.xor(eax, eax)?;
+        b.a.xor(edx, edx)?;
+        b.a.xor(edx, edx)?; // in place of wrmsr
     }
     b.a.iretq()?;
 

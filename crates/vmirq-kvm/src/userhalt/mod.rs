@@ -149,6 +149,7 @@ fn run_user(
         apic: false,
         idle: Idle::Halt,
         sender: false,
+        pad_eoi: true,
     };
     let mut vm = Vm::new(
         VmConfig {

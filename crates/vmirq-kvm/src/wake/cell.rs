@@ -33,6 +33,7 @@ pub fn run_cell(cfg: &CellConfig, clock: TscClock) -> Result<Cell> {
         apic: true,
         idle: cfg.idle,
         sender: ipi,
+        pad_eoi: false,
     };
     let vm_cfg = VmConfig {
         irqchip: true,
