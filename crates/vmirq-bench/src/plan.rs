@@ -64,7 +64,13 @@ fn vmirq_targets(preset: Preset) -> Vec<&'static str> {
     match preset {
         Preset::Tiny => vec!["vmirq:none"],
         Preset::Quick => vec!["vmirq:none", "vmirq:vic"],
-        Preset::Default => vec!["vmirq:none", "vmirq:vic", "vmirq:dim", "vmirq:none+kvm"],
+        Preset::Default => vec![
+            "vmirq:none",
+            "vmirq:vic",
+            "vmirq:dim",
+            "vmirq:none+kvm",
+            "vmirq:vic+kvm",
+        ],
         Preset::Full => vec![
             "vmirq:none",
             "vmirq:count:usecs=50,frames=32",
@@ -130,6 +136,10 @@ impl Plan {
         let mut targets = vec![TargetSpec::Bare];
         if peer {
             targets.push(TargetSpec::Qsd);
+            // Polling vmirq targets meet the peer's own polling mode too.
+            if matches!(preset, Preset::Default | Preset::Full) {
+                targets.push(TargetSpec::QsdPoll);
+            }
         }
         targets.extend(
             vmirq_targets(preset)
@@ -174,7 +184,16 @@ mod tests {
     fn every_preset_policy_name_parses() {
         for p in [Preset::Tiny, Preset::Quick, Preset::Default, Preset::Full] {
             let plan = Plan::preset(p, true);
-            assert_eq!(plan.targets.len(), 2 + vmirq_targets(p).len(), "{p:?}");
+            let peers = if matches!(p, Preset::Default | Preset::Full) {
+                2 // qemu-storage-daemon with and without its polling IOThread
+            } else {
+                1
+            };
+            assert_eq!(
+                plan.targets.len(),
+                1 + peers + vmirq_targets(p).len(),
+                "{p:?}"
+            );
         }
     }
 

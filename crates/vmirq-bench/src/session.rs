@@ -63,8 +63,16 @@ pub fn plan_for(opts: &Options, qsd: Option<&PathBuf>) -> (Plan, Vec<String>) {
     if let Some(ts) = &opts.targets {
         plan.targets
             .retain(|t| !matches!(t, TargetSpec::Vmirq { .. }));
-        plan.targets
-            .extend(ts.iter().filter(|t| matches!(t, TargetSpec::Vmirq { .. })));
+        for t in ts {
+            let wanted = match t {
+                TargetSpec::Vmirq { .. } => true,
+                TargetSpec::QsdPoll => peer,
+                TargetSpec::Bare | TargetSpec::Qsd => false, // always in the plan
+            };
+            if wanted && !plan.targets.contains(t) {
+                plan.targets.push(*t);
+            }
+        }
     }
     if opts.no_vmirq {
         plan.targets

@@ -70,7 +70,7 @@ impl Running {
             .join(format!("vmirq-bench-{}-{tag}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
         let mut cmd = match spec {
-            TargetSpec::Qsd => qsd_command(setup, &socket, spec)?,
+            TargetSpec::Qsd | TargetSpec::QsdPoll => qsd_command(setup, &socket, spec)?,
             _ => vmirq_command(setup, &socket, spec),
         };
         pin_child(&mut cmd, setup.placement.backend_cpu());
@@ -174,6 +174,14 @@ fn qsd_command(setup: &Setup, socket: &Path, spec: &TargetSpec) -> Result<Comman
         });
     };
     let mut cmd = Command::new(exe);
+    let mut export_extra = "";
+    if *spec == TargetSpec::QsdPoll {
+        // QEMU's polling mode: an IOThread that polls its handlers for up to poll-max-ns
+        // (adapted like KVM's halt polling) before it blocks; the same window as `+kvm`.
+        cmd.arg("--object")
+            .arg("iothread,id=iot0,poll-max-ns=200000");
+        export_extra = ",iothread=iot0";
+    }
     cmd.arg("--blockdev")
         .arg(format!(
             "driver=file,node-name=disk0,filename={},cache.direct=off,aio=io_uring",
@@ -182,7 +190,7 @@ fn qsd_command(setup: &Setup, socket: &Path, spec: &TargetSpec) -> Result<Comman
         .arg("--export")
         .arg(format!(
             "type=vhost-user-blk,id=exp0,node-name=disk0,addr.type=unix,addr.path={},\
-             writable=on,num-queues=1",
+             writable=on,num-queues=1{export_extra}",
             socket.display()
         ));
     Ok(cmd)

@@ -1,5 +1,6 @@
-//! Target names: `bare`, `qemu-storage-daemon` (alias `qsd`), and
-//! `vmirq:<moderation spec>[+<poll spec>]`, e.g. `vmirq:vic`, `vmirq:none+kvm`.
+//! Target names: `bare`, `qemu-storage-daemon` (alias `qsd`), `qemu-storage-daemon+poll`
+//! (alias `qsd+poll`: the export in an IOThread with adaptive polling, QEMU's own polling
+//! mode), and `vmirq:<moderation spec>[+<poll spec>]`, e.g. `vmirq:vic`, `vmirq:none+kvm`.
 
 use crate::error::{BenchError, Result};
 use std::fmt;
@@ -13,6 +14,9 @@ pub enum TargetSpec {
     Bare,
     /// qemu-storage-daemon exporting the disk file over vhost-user-blk: the peer.
     Qsd,
+    /// The peer with its export in an IOThread that polls adaptively (`poll-max-ns`), the
+    /// fair opponent for vmirq targets with kick polling.
+    QsdPoll,
     /// `vmirq serve` with a moderation policy and a wait (poll) policy.
     Vmirq {
         /// Completion moderation policy.
@@ -41,6 +45,7 @@ impl fmt::Display for TargetSpec {
         match self {
             Self::Bare => f.write_str("bare"),
             Self::Qsd => f.write_str("qemu-storage-daemon"),
+            Self::QsdPoll => f.write_str("qemu-storage-daemon+poll"),
             Self::Vmirq {
                 moderation,
                 poll: None,
@@ -65,11 +70,13 @@ impl FromStr for TargetSpec {
         match s {
             "bare" => return Ok(Self::Bare),
             "qsd" | "qemu-storage-daemon" => return Ok(Self::Qsd),
+            "qsd+poll" | "qemu-storage-daemon+poll" => return Ok(Self::QsdPoll),
             _ => {}
         }
         let Some(rest) = s.strip_prefix("vmirq:") else {
             return Err(invalid(
-                "expected bare, qemu-storage-daemon or vmirq:<policy>".into(),
+                "expected bare, qemu-storage-daemon, qemu-storage-daemon+poll or vmirq:<policy>"
+                    .into(),
             ));
         };
         let (m, p) = match rest.split_once('+') {
@@ -91,11 +98,20 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for name in ["bare", "qemu-storage-daemon", "vmirq:none"] {
+        for name in [
+            "bare",
+            "qemu-storage-daemon",
+            "qemu-storage-daemon+poll",
+            "vmirq:none",
+        ] {
             let t: TargetSpec = name.parse().expect(name);
             assert_eq!(t.to_string(), name);
         }
         assert_eq!("qsd".parse::<TargetSpec>().ok(), Some(TargetSpec::Qsd));
+        assert_eq!(
+            "qsd+poll".parse::<TargetSpec>().ok(),
+            Some(TargetSpec::QsdPoll)
+        );
         let t: TargetSpec = "vmirq:none+fixed:ns=50000".parse().expect("poll spec");
         assert!(matches!(t, TargetSpec::Vmirq { poll: Some(_), .. }));
         assert!(t.to_string().starts_with("vmirq:none+fixed"));

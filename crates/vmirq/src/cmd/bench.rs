@@ -23,7 +23,8 @@ pub struct Args {
     full: bool,
     /// A vmirq target to run instead of the preset's (repeatable), e.g. `--target vmirq:vic
     /// --target vmirq:count:usecs=50,frames=32 --target vmirq:none+kvm`; bare and
-    /// qemu-storage-daemon always run.
+    /// qemu-storage-daemon always run, `qemu-storage-daemon+poll` (its polling IOThread) may
+    /// be added.
     #[arg(long = "target", value_name = "SPEC")]
     targets: Option<Vec<String>>,
     /// Repetitions of each cell (default: 3; 2 with --quick).
