@@ -1,7 +1,9 @@
 //! Self-contained HTML report with inline SVG (no scripts): a CDF per latency series
-//! across runs, and every time series (e.g. the vIC ratio over time).
+//! across runs, and every time series (e.g. the vIC ratio over time); for sweeps, each
+//! metric against the first grid axis, one line per run (and other grid axes).
 
 use crate::report::Report;
+use crate::scenario::SweepPoint;
 use std::fmt::Write as _;
 
 const W: f64 = 640.0;
@@ -184,6 +186,61 @@ pub fn render(r: &Report) -> String {
             name,
             &lines,
         ));
+    }
+    o.push_str("</body></html>");
+    o
+}
+
+/// Render sweep results: for each metric, the metric against the first grid axis's value,
+/// one line per run label and combination of the other axes.
+#[must_use]
+pub fn render_sweep(title: &str, points: &[SweepPoint], metrics: &[String]) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{0}</title></head>\
+         <body style=\"font-family:sans-serif\"><h1>{0}</h1>",
+        esc(title)
+    );
+    let axis = points
+        .first()
+        .and_then(|p| p.point.first())
+        .and_then(|a| a.split_once('='))
+        .map_or("x", |(k, _)| k);
+    for m in metrics {
+        let mut keys: Vec<String> = Vec::new();
+        let mut pts: Vec<Vec<(f64, f64)>> = Vec::new();
+        for p in points {
+            let Some(x) = p
+                .point
+                .first()
+                .and_then(|a| a.split_once('='))
+                .and_then(|(_, v)| v.trim_matches('"').parse::<f64>().ok())
+            else {
+                continue;
+            };
+            let Some(&y) = p.values.get(m) else { continue };
+            let mut key = p.run.clone();
+            for other in p.point.iter().skip(1) {
+                key.push(' ');
+                key.push_str(other);
+            }
+            let i = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+                keys.push(key);
+                pts.push(Vec::new());
+                keys.len() - 1
+            });
+            pts[i].push((x, y));
+        }
+        let lines: Vec<Line<'_>> = keys
+            .iter()
+            .zip(pts)
+            .map(|(k, mut p)| {
+                p.sort_by(|a, b| a.0.total_cmp(&b.0));
+                Line { label: k, pts: p }
+            })
+            .collect();
+        o.push_str(&svg(&format!("{m} vs {axis}"), axis, m, &lines));
     }
     o.push_str("</body></html>");
     o

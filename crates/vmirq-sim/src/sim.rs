@@ -50,6 +50,7 @@ pub struct RunResult {
 /// [`SimError`].
 pub fn run(cfg: &ModelConfig, seed: u64, check_every: u64) -> Result<RunResult, SimError> {
     let mut workload = Workload::new(&cfg.workload);
+    workload.validate()?;
     let mut core = cfg.build_core(seed, workload.vcpus_needed())?;
     let policy = cfg.moderation_policy()?;
     match &cfg.workload {

@@ -87,6 +87,17 @@ impl Workload {
         }
     }
 
+    /// Check the workload's parameters.
+    ///
+    /// # Errors
+    /// [`crate::model::ConfigError::Range`].
+    pub fn validate(&self) -> core::result::Result<(), crate::model::ConfigError> {
+        match self {
+            Workload::Parsec(w) => w.validate(),
+            _ => Ok(()),
+        }
+    }
+
     /// vCPUs the workload needs.
     #[must_use]
     pub fn vcpus_needed(&self) -> usize {

@@ -95,6 +95,23 @@ impl Parsec {
         }
     }
 
+    /// Ranges: 1-64 threads (Shoot4U's hypercall carries a 64-bit vCPU bitmap), 1-64
+    /// locks, 1 µs to 1,000 s of work per thread.
+    pub(super) fn validate(&self) -> core::result::Result<(), crate::model::ConfigError> {
+        let c = &self.cfg;
+        let bad = |m: &str| Err(crate::model::ConfigError::Range(m.to_string()));
+        if !(1..=64).contains(&c.threads) {
+            return bad("parsec threads must be 1..=64");
+        }
+        if !(1..=64).contains(&c.locks) {
+            return bad("parsec locks must be 1..=64");
+        }
+        if !(1..=1_000_000_000).contains(&c.work_us) {
+            return bad("parsec work_us must be 1..=1e9");
+        }
+        Ok(())
+    }
+
     /// vCPUs needed (both VMs).
     #[must_use]
     pub fn vcpus(&self) -> usize {
@@ -238,6 +255,15 @@ impl Parsec {
         core.metrics.add("prof_lock_bp", bp(lock));
         core.metrics.add("prof_tlb_bp", bp(tlb));
         core.metrics.add("prof_other_bp", bp(other));
+        // The co-located VM's share of its vCPUs' time while the program ran.
+        let colo: u64 = (self.cfg.threads..self.vcpus())
+            .map(|v| core.vcpus[v].run_ns)
+            .sum();
+        if colo > 0 {
+            let avail = core.now() * self.cfg.threads as u64;
+            core.metrics
+                .add("colo_cpu_bp", colo * 10_000 / avail.max(1));
+        }
     }
 
     pub(super) fn hook(&mut self, core: &mut Core, hook: Hook) -> Result<()> {

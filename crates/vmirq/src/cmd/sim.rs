@@ -64,6 +64,9 @@ struct SweepArgs {
     /// Metrics to print (default: all checks' metrics).
     #[arg(long = "metric")]
     metric: Vec<String>,
+    /// Write an HTML page plotting each metric against the first grid axis.
+    #[arg(long)]
+    html: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -156,6 +159,14 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.common.json {
         std::fs::write(path, serde_json::to_string_pretty(&points)?)
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &a.html {
+        let title = format!("sweep of {}", a.scenario.display());
+        std::fs::write(
+            path,
+            vmirq_sim::html::render_sweep(&title, &points, &metrics),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
