@@ -75,14 +75,18 @@ pub struct FileDisk {
     file: Arc<File>,
     capacity: u64,
     path: String,
+    /// Buffer alignment direct I/O needs, when opened with O_DIRECT.
+    mem_align: Option<usize>,
 }
 
 impl FileDisk {
-    /// Open `path` (read-only if `read_only`; with O_DIRECT if `direct`). The capacity is the
-    /// file size rounded down to whole sectors.
+    /// Open `path` (read-only if `read_only`; with O_DIRECT if `direct`, probing the buffer
+    /// alignment direct reads need). The capacity is the file size rounded down to whole
+    /// sectors.
     ///
     /// # Errors
-    /// When the file cannot be opened or is smaller than one sector.
+    /// When the file cannot be opened, is smaller than one sector, or (with `direct`) cannot
+    /// be read with O_DIRECT.
     pub fn open(path: &std::path::Path, read_only: bool, direct: bool) -> Result<Self> {
         let shown = path.display().to_string();
         let mut opts = OpenOptions::new();
@@ -105,10 +109,23 @@ impl FileDisk {
         if capacity == 0 {
             return Err(StorageError::Empty);
         }
+        let mem_align = if direct {
+            let align = super::bounce::probe_memory_alignment(file.as_raw_fd(), capacity).map_err(
+                |source| StorageError::Open {
+                    path: shown.clone(),
+                    source,
+                },
+            )?;
+            tracing::debug!(path = %shown, align, "O_DIRECT buffer alignment");
+            Some(align)
+        } else {
+            None
+        };
         Ok(Self {
             file: Arc::new(file),
             capacity,
             path: shown,
+            mem_align,
         })
     }
 }
@@ -121,7 +138,11 @@ impl Disk for FileDisk {
         true
     }
     fn open_queue(&self, depth: u32) -> Result<Box<dyn QueueIo>> {
-        Ok(Box::new(UringQueue::new(Arc::clone(&self.file), depth)?))
+        Ok(Box::new(UringQueue::new(
+            Arc::clone(&self.file),
+            depth,
+            self.mem_align,
+        )?))
     }
     fn describe(&self) -> String {
         format!("file:{}", self.path)

@@ -9,6 +9,7 @@
 //! inside `start`. Data buffers are `iovec`s that point into guest memory; the engine keeps
 //! that memory mapped until the operation is reaped.
 
+mod bounce;
 mod fd;
 mod null;
 mod uring;
