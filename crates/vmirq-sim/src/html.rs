@@ -144,7 +144,7 @@ pub fn render(r: &Report) -> String {
     names.sort_unstable();
     names.dedup();
     for name in names {
-        let lines: Vec<Line<'_>> = r
+        let mut lines: Vec<Line<'_>> = r
             .runs
             .iter()
             .filter_map(|(l, x)| {
@@ -154,9 +154,22 @@ pub fn render(r: &Report) -> String {
                 })
             })
             .collect();
+        // Spans of more than three decades (e.g. shootdown latencies, 1 to 10^6 µs) are
+        // drawn on a log axis.
+        let xs = lines.iter().flat_map(|l| l.pts.iter().map(|p| p.0));
+        let (lo, hi) = xs.fold((f64::MAX, 0.0f64), |(a, b), x| (a.min(x), b.max(x)));
+        let log = lo > 0.0 && hi / lo > 1e3;
+        if log {
+            for l in &mut lines {
+                for p in &mut l.pts {
+                    p.0 = p.0.log10();
+                }
+            }
+        }
+        let unit = if log { "log10 µs" } else { "µs" };
         o.push_str(&svg(
             &format!("CDF of {name}"),
-            &format!("{name} (µs)"),
+            &format!("{name} ({unit})"),
             "fraction",
             &lines,
         ));
