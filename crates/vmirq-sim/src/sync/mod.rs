@@ -372,8 +372,16 @@ impl Guest {
             let s = &mut self.st[v];
             s.ple_window = self.cfg.ple_params.shrink(s.ple_window);
         }
-        if let Phase::LockWait(l) = self.st[v].phase {
-            self.try_take(core, v, l)?;
+        match self.st[v].phase {
+            // Evidence that the pathologies emerge from host scheduling.
+            Phase::Critical(_) => core.metrics.count("lock_holder_preemptions"),
+            Phase::LockWait(_) if self.st[v].granted => {
+                core.metrics.count("lock_waiter_preemptions");
+            }
+            Phase::LockWait(l) => {
+                self.try_take(core, v, l)?;
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -109,6 +109,9 @@ impl Guest {
         let targets = std::mem::take(&mut self.sd.targets[v]);
         self.sd.pending[v] = u32::try_from(targets.len()).unwrap_or(u32::MAX);
         for &u in &targets {
+            if core.vcpus[u].run == Run::Queued {
+                core.metrics.count("tlb_targets_queued"); // runnable, not on the pCPU
+            }
             let src = IrqSrc::Vector {
                 from: v,
                 vector: vectors::TLB,
