@@ -288,6 +288,12 @@ impl MockGuest {
         out
     }
 
+    /// Used-ring entries read back so far (the driver's last seen used index).
+    #[must_use]
+    pub fn used_seen(&self) -> u16 {
+        self.used_seen
+    }
+
     /// Set `used_event` (the driver's EVENT_IDX threshold: notify when the used index passes it).
     pub fn set_used_event(&self, v: u16) {
         let at = self.avail.unchecked_add(4 + 2 * u64::from(self.size));
