@@ -13,11 +13,13 @@
 //! collects the threads whose operation finished from [`Guest::ready`].
 
 pub mod costs;
+mod gap;
 mod lock;
 pub mod ple;
 mod tlb;
 
 pub use costs::SyncCosts;
+pub use gap::GAP_TIMER;
 pub use lock::Lock;
 pub use ple::PleParams;
 
@@ -78,6 +80,11 @@ pub struct SyncConfig {
     /// Beyond the papers: after a native/PV shootdown IPIs a preempted target, the host
     /// directs a yield to it (a co-scheduling hint from the shootdown target set).
     pub tlb_boost: bool,
+    /// Beyond the papers: Shoot4U's physical IPIs go through vmirq-policy's `ipi-gap`
+    /// policy, one per target pCPU (ESX-style coalescing, vIC's idea applied to the
+    /// hypervisor's IPIs): a flush for a pCPU that got one less than `gap_us` ago waits and
+    /// rides on the next IPI there. 0 = off. Implies one round (like `s4u_batched`).
+    pub s4u_ipi_gap_us: u32,
     /// Costs.
     pub costs: SyncCosts,
 }
@@ -92,6 +99,7 @@ impl Default for SyncConfig {
             pmt_shift: 8,
             s4u_batched: false,
             tlb_boost: false,
+            s4u_ipi_gap_us: 0,
             costs: SyncCosts::default(),
         }
     }
@@ -182,6 +190,7 @@ pub struct Guest {
     pub(crate) st: Vec<VState>,
     pub(crate) locks: Vec<Lock>,
     pub(crate) sd: tlb::Shootdowns,
+    pub(crate) gap: gap::HostIpiGap,
     last_boosted: usize,
     /// Threads whose operation (shootdown, lock acquire + critical section) finished.
     pub ready: Vec<VcpuId>,
@@ -209,6 +218,7 @@ impl Guest {
             st: vec![st; n_vcpus],
             locks: vec![Lock::default(); locks.max(1)],
             sd: tlb::Shootdowns::new(n_vcpus),
+            gap: gap::HostIpiGap::new(cfg.s4u_ipi_gap_us),
             last_boosted: 0,
             ready: Vec::new(),
         }

@@ -182,13 +182,27 @@ impl Guest {
             self.tlb_complete(core, v);
             return Ok(());
         }
-        let batch = if self.cfg.s4u_batched { n - i } else { 1 };
+        let coalesce = self.gap.enabled();
+        let batch = if self.cfg.s4u_batched || coalesce {
+            n - i
+        } else {
+            1
+        };
         let c = self.cfg.costs;
         let remote = core.costs.exit_roundtrip_ns + core.costs.host_irq_ns + c.invvpid_ns;
         let own = core.vcpus[v].pcpu;
+        let now = core.now();
+        let mut sent_by = now;
         for k in i..i + batch {
             let p = core.vcpus[self.sd.targets[v][k]].pcpu;
-            if p != own && core.host_interrupt(p, remote)? {
+            if p == own {
+                continue; // the caller's own pCPU: a local flush
+            }
+            if coalesce {
+                sent_by = sent_by.max(self.gap_flush(core, p, remote)?);
+                continue;
+            }
+            if core.host_interrupt(p, remote)? {
                 core.metrics.count("s4u_guest_interrupted");
             }
             core.metrics.count("s4u_host_ipis");
@@ -197,7 +211,7 @@ impl Guest {
         let sends = batch as u64 * core.costs.native_msr_ns;
         let wait = c.host_ipi_flight_ns + core.costs.host_irq_ns + c.invvpid_ns;
         core.vcpus[v].work.push_back(Work {
-            ns: sends + wait + core.costs.poll_notice_ns,
+            ns: (sent_by - now) + sends + wait + core.costs.poll_notice_ns,
             cat: Cat::Exit,
             tag: Tag::App(tags::S4U_STEP),
         });

@@ -145,8 +145,8 @@ impl Workload {
     /// # Errors
     /// Engine errors.
     pub fn timer(&mut self, core: &mut Core, tag: u32, data: u64) -> Result<()> {
-        let _ = data;
         match self {
+            Workload::Parsec(w) => w.timer(core, tag, data),
             Workload::Storage(w) => w.timer(core, tag),
             Workload::Ping(w) => w.timer(core, tag),
             Workload::SyncWrite(w) => w.timer(core, tag),

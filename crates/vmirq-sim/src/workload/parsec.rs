@@ -266,6 +266,14 @@ impl Parsec {
         }
     }
 
+    pub(super) fn timer(&mut self, core: &mut Core, tag: u32, data: u64) -> Result<()> {
+        if tag == crate::sync::GAP_TIMER {
+            let p = usize::try_from(data).unwrap_or(usize::MAX);
+            self.guest.gap_timer(core, p)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn hook(&mut self, core: &mut Core, hook: Hook) -> Result<()> {
         match hook {
             Hook::App(v, USER) => self.user_done(core, v)?,
