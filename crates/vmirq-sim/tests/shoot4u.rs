@@ -175,3 +175,27 @@ fn beyond_the_paper_batched_shoot4u_and_coscheduling_hints() {
     assert!(value(&r, g, "tlb_shootdown_ns.p50") > 10.0 * value(&r, b, "tlb_shootdown_ns.p50"));
     assert!(value(&r, "dedup-shoot4u", "colo_cpu_bp") > 4_500.0);
 }
+
+#[test]
+fn bad_parsec_configs_are_rejected_at_the_boundary() {
+    let ok = parsec("dedup", 100, false, "");
+    assert!(run(&ok, 1, 0).is_ok());
+    for sync in [
+        "pmt_shift = 70",
+        "costs = { pause_iter_ns = 99999999 }",
+        "ple_params = { window = 99999999999 }",
+    ] {
+        let c = parsec("dedup", 100, false, sync);
+        assert!(run(&c, 1, 0).is_err(), "{sync} accepted");
+    }
+    let zero_threads: ModelConfig = toml::from_str(
+        "duration_us = 1000\npcpus = 2\n[workload]\nkind = \"parsec\"\nprogram = \"vips\"\n\
+         work_us = 10\nthreads = 0\n",
+    )
+    .expect("shape ok");
+    assert!(run(&zero_threads, 1, 0).is_err());
+    assert!(toml::from_str::<ModelConfig>(
+        "duration_us = 1000\npcpus = 2\n[workload]\nkind = \"parsec\"\nprogram = \"nope\"\nwork_us = 10\n"
+    )
+    .is_err());
+}

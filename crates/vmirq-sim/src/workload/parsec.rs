@@ -109,6 +109,39 @@ impl Parsec {
         if !(1..=1_000_000_000).contains(&c.work_us) {
             return bad("parsec work_us must be 1..=1e9");
         }
+        let p = &self.prof;
+        let big = 1_000_000_000;
+        if [
+            p.tlb_gap_us,
+            p.lock_gap_us,
+            p.barrier_us,
+            p.cs_ns,
+            p.unmap_ns,
+        ]
+        .iter()
+        .any(|&x| x > big)
+        {
+            return bad("parsec profile values must be at most 1e9");
+        }
+        let s = &c.sync;
+        if s.pmt_shift > 24 {
+            return bad("pmt_shift must be at most 24");
+        }
+        let k = &s.costs;
+        if k.pause_iter_ns > 10_000 || k.pv_spin_threshold_iters > 1 << 24 {
+            return bad("pause_iter_ns must be at most 10000, pv_spin_threshold_iters 2^24");
+        }
+        let costs = [
+            k.flush_handler_ns,
+            k.local_flush_ns,
+            k.pv_check_ns,
+            k.invvpid_ns,
+            k.host_ipi_flight_ns,
+            k.on_spin_ns,
+        ];
+        if costs.iter().any(|&x| x > big) || s.ple_params.window > u64::from(u32::MAX) {
+            return bad("sync costs must be at most 1e9 ns, the PLE window at most 2^32");
+        }
         Ok(())
     }
 
