@@ -48,7 +48,8 @@ counters! {
     kicks,
     /// Notifications sent: writes to the call eventfd.
     notifications,
-    /// Notifications the policy asked for but EVENT_IDX suppressed.
+    /// Notification checks the policy asked for that EVENT_IDX (or NO_INTERRUPT) refused. The
+    /// first `Notify` of a batch is checked at once, the batch's later ones together at its end.
     suppressed,
     /// Completions that the policy held back (answered `Hold`).
     held,

@@ -144,6 +144,24 @@ pub struct Rejected {
     pub error: ParseError,
 }
 
+/// Buffers `parse` reuses from one request to the next, so a request allocates nothing for
+/// its descriptor list and (once the caller hands the segment list back) its segments.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    descs: Vec<Descriptor>,
+    segments: Vec<Segment>,
+}
+
+impl Scratch {
+    /// Give a request's segment list back for the next `parse` (its contents are dropped).
+    pub fn recycle(&mut self, mut segments: Vec<Segment>) {
+        segments.clear();
+        if segments.capacity() > self.segments.capacity() {
+            self.segments = segments;
+        }
+    }
+}
+
 /// Parse the descriptors of one chain (`descs` as yielded by the chain iterator).
 ///
 /// # Errors
@@ -153,6 +171,7 @@ pub fn parse<I>(
     descs: I,
     mem: &GuestMemoryMmap,
     disk: &DiskGeometry,
+    scratch: &mut Scratch,
 ) -> Result<Request, Rejected>
 where
     I: IntoIterator<Item = Descriptor>,
@@ -162,10 +181,13 @@ where
         status_addr,
         error,
     };
-    let all = collect_chain(descs).map_err(|e| reject(None, e))?;
-    let status_addr = status_byte(&all, mem).map_err(|e| reject(None, e))?;
+    let all = &mut scratch.descs;
+    collect_chain(descs, all).map_err(|e| reject(None, e))?;
+    let status_addr = status_byte(all, mem).map_err(|e| reject(None, e))?;
     let fail = |e| reject(Some(status_addr), e);
-    let body = split_header(&all, mem).map_err(fail)?;
+    let mut data = std::mem::take(&mut scratch.segments);
+    data.clear();
+    let body = split_header(all, mem, data).map_err(fail)?;
     let data_len = check_data(&body, mem, disk).map_err(fail)?;
     let (kind, offset, ranges) = check_kind(&body, data_len, mem, disk).map_err(fail)?;
     Ok(Request {
@@ -182,8 +204,9 @@ where
 /// Walk the chain, refusing chains that end early (loop, bad index, unreadable descriptor).
 fn collect_chain<I: IntoIterator<Item = Descriptor>>(
     descs: I,
-) -> Result<Vec<Descriptor>, ParseError> {
-    let mut all = Vec::new();
+    all: &mut Vec<Descriptor>,
+) -> Result<(), ParseError> {
+    all.clear();
     for d in descs {
         if all.len() == usize::from(MAX_DESCRIPTORS) {
             return Err(ParseError::BrokenChain);
@@ -193,7 +216,7 @@ fn collect_chain<I: IntoIterator<Item = Descriptor>>(
     match all.last() {
         // The iterator stops silently on loops (ttl), bad `next` indices and unreadable
         // descriptors; a last descriptor that still says NEXT means it was cut short.
-        Some(last) if !last.has_next() => Ok(all),
+        Some(last) if !last.has_next() => Ok(()),
         _ => Err(ParseError::BrokenChain),
     }
 }
@@ -226,7 +249,11 @@ struct Body {
 /// Read the header from the first descriptor and collect the data buffers between the header
 /// and the status byte. The header must sit entirely in the first descriptor; bytes after it
 /// in that descriptor, and bytes before the status byte in the last one, are data.
-fn split_header(all: &[Descriptor], mem: &GuestMemoryMmap) -> Result<Body, ParseError> {
+fn split_header(
+    all: &[Descriptor],
+    mem: &GuestMemoryMmap,
+    mut data: Vec<Segment>,
+) -> Result<Body, ParseError> {
     let first = all.first().ok_or(ParseError::BadHeader)?;
     if all.len() < 2 || first.is_write_only() || first.len() < HEADER_LEN {
         return Err(ParseError::BadHeader);
@@ -238,7 +265,7 @@ fn split_header(all: &[Descriptor], mem: &GuestMemoryMmap) -> Result<Body, Parse
     let kind = u32::from_le_bytes(kind_bytes.try_into().map_err(|_| ParseError::BadHeader)?);
     let sector = u64::from_le_bytes(rest[4..12].try_into().map_err(|_| ParseError::BadHeader)?);
     let last_index = all.len() - 1;
-    let mut data = Vec::with_capacity(all.len());
+    data.reserve(all.len());
     let mut writable = None;
     for (i, d) in all.iter().enumerate() {
         let (mut start, mut len) = (d.addr(), d.len());

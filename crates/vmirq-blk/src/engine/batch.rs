@@ -43,6 +43,8 @@ pub(super) struct Inflight {
     /// Requests that finished without storage (rejected, GET_ID, unmappable buffers).
     ready: Vec<Slot>,
     done: Vec<Done>,
+    /// Parser buffers reused across requests.
+    scratch: request::Scratch,
 }
 
 impl Inflight {
@@ -54,6 +56,7 @@ impl Inflight {
             free: (0..capacity).rev().collect(),
             ready: Vec::new(),
             done: Vec::new(),
+            scratch: request::Scratch::default(),
         }
     }
 
@@ -108,7 +111,13 @@ impl QueueEngine {
                 let Some(chain) = chains.next() else { break };
                 popped += 1;
                 let head = chain.head_index();
-                match request::parse(head, chain, mem, &self.parts.geometry) {
+                match request::parse(
+                    head,
+                    chain,
+                    mem,
+                    &self.parts.geometry,
+                    &mut self.inflight.scratch,
+                ) {
                     Ok(req) => self.start(req, mem),
                     Err(rej) => self.inflight.ready.push(rejected_slot(rej)),
                 }
@@ -200,9 +209,10 @@ impl QueueEngine {
         }
         let completed_at = now_ns();
         let mut last = Decision::Idle;
+        let mut notify = NotifyState::default();
         for slot in ready.drain(..) {
             self.complete(&slot, mem, ring, mem)?;
-            last = self.completed(completed_at, slot.meta, ring, mem)?;
+            last = self.completed(completed_at, slot.meta, &mut notify, ring, mem)?;
         }
         // Handled from the back of a reversed list, so an error leaves exactly the
         // unhandled ones in `done`, in storage's order.
@@ -230,24 +240,35 @@ impl QueueEngine {
                 slot.written = 0;
             }
             self.complete(&slot, &data_mem, ring, mem)?;
-            last = self.completed(completed_at, slot.meta, ring, mem)?;
+            last = self.completed(completed_at, slot.meta, &mut notify, ring, mem)?;
+        }
+        if notify.deferred {
+            self.notify(ring, mem)?;
         }
         Ok(Some(last))
     }
 
-    /// Feed one completion to the policy and act on a `Notify` at once: the driver can start
-    /// reaping (and resubmitting) while the rest complete. EVENT_IDX suppresses signals the
-    /// driver has not asked for yet.
+    /// Feed one completion to the policy. The first `Notify` of a batch signals at once (the
+    /// driver can start reaping and resubmitting while the rest complete); later ones are
+    /// folded into one check at the end of the batch, which covers every completion added
+    /// since (EVENT_IDX looks at the whole range). EVENT_IDX suppresses signals the driver
+    /// has not asked for yet.
     fn completed(
         &mut self,
         at: vmirq_policy::Nanos,
         meta: CompletionMeta,
+        notify: &mut NotifyState,
         ring: &mut dyn Ring,
         mem: &GuestMemoryMmap,
     ) -> Result<Decision, EngineError> {
         let d = self.parts.moderation.on_event(at, Event::Complete(meta));
         match d {
-            Decision::Notify => self.notify(ring, mem)?,
+            Decision::Notify if notify.checked => notify.deferred = true,
+            Decision::Notify => {
+                notify.checked = true;
+                notify.deferred = false;
+                self.notify(ring, mem)?;
+            }
             Decision::Hold { .. } => QueueCounters::add(&self.parts.counters.held, 1),
             Decision::Idle => {}
         }
@@ -257,6 +278,11 @@ impl QueueEngine {
     /// Start a valid request: its storage operation under a free tag, or straight to the
     /// ready list when it needs no storage (or its buffers cannot be mapped).
     fn start(&mut self, req: Request, mem: &Arc<GuestMemoryMmap>) {
+        self.start_request(&req, mem);
+        self.inflight.scratch.recycle(req.data);
+    }
+
+    fn start_request(&mut self, req: &Request, mem: &Arc<GuestMemoryMmap>) {
         let (kind, bytes, sync) = match req.kind {
             RequestType::In => (RequestKind::Read, req.data_len, false),
             RequestType::Out => (RequestKind::Write, req.data_len, false),
@@ -304,7 +330,7 @@ impl QueueEngine {
                 req.ranges.first().map(|r| Io::new(kind, r.offset, r.len))
             }
             RequestType::GetId => {
-                slot.written = self.write_id(&req, mem).unwrap_or_else(|| {
+                slot.written = self.write_id(req, mem).unwrap_or_else(|| {
                     slot.status = status::IOERR;
                     0
                 });
@@ -385,6 +411,15 @@ impl QueueEngine {
         }
         Ok(())
     }
+}
+
+/// Notifications within one batch of completions.
+#[derive(Debug, Default)]
+struct NotifyState {
+    /// The batch's first `Notify` has been acted on.
+    checked: bool,
+    /// A later `Notify` waits for the end of the batch.
+    deferred: bool,
 }
 
 /// A slot for a chain the parser rejected.
