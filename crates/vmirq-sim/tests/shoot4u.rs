@@ -117,6 +117,9 @@ fn shootdown_latency_1vm_vs_2vm() {
     );
     let c = check(&r, "native / Shoot4U 2-VM tail (p99), order of magnitude");
     assert_eq!(c.status, "reproduced", "{c:?}");
+    // Shoot4U's own rare tail (initiator preempted inside the hypercall) stays.
+    let m = check(&r, "native / Shoot4U 2-VM tail (max), order of magnitude");
+    assert!(m.simulated > 1.0, "{m:?}");
     // The published tail (10^5-10^6 us) is longer than the model's: an honest miss.
     let t = check(&r, "native 2-VM shootdown latency tail (max)");
     assert!(t.simulated > 5_000.0 && t.simulated < 100_000.0, "{t:?}");
