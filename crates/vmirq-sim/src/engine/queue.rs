@@ -78,7 +78,7 @@ pub struct EventQueue<E> {
 
 impl<E> EventQueue<E> {
     /// An empty queue at time 0 that refuses to hold more than `limit` live events
-    /// (at most [`MAX_PENDING`]).
+    /// (at most `MAX_PENDING`).
     #[must_use]
     pub fn new(limit: usize) -> Self {
         let limit = limit.min(MAX_PENDING);

@@ -1,11 +1,12 @@
 //! The host model: pCPUs, vCPU threads, the host scheduler, exits and entries, IPIs, HLT
 //! with host and guest halt polling, tickless APIC timer writes and virtual interrupt
-//! injection. [`Core`] holds the state; [`crate::sim::Sim`] runs it with a workload.
+//! injection. [`Core`] holds the state; [`crate::sim::run`] runs it with a workload.
 //!
 //! A vCPU executes a queue of [`Work`] items (guest code, exits, entries, kicks), one at a
 //! time, on the pCPU its thread runs on. Interrupts preempt the current item: the unfinished
-//! part goes back to the front of the queue. Guest synchronization (spinlocks, TLB
-//! shootdowns) can be added as further [`Tag`]s and workload callbacks.
+//! part goes back to the front of the queue. Guest synchronization (`crate::sync`: TLB
+//! shootdowns, spinlocks, PLE) uses spin items that end early, directed yield and host
+//! interrupts from `spin.rs`, and the [`Hook::Resumed`] callback.
 
 mod cpu;
 pub mod device;
