@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
 /// Read the host time-stamp counter. The guest reads the same counter (TSC offset 0 on the
-/// hosts this crate targets; [`crate::vm::TscCheck`] verifies it per run).
+/// hosts this crate targets; [`crate::wake::TscCheck`] verifies it per run).
 #[must_use]
 pub fn rdtsc() -> u64 {
     // SAFETY: `rdtsc` has no memory effects and is available on every x86-64 CPU.

@@ -4,6 +4,11 @@
 //! `KVM_INTERRUPT`. The same workload (a host thread waking the halted vCPU every
 //! `interval_ns`) also runs with KVM's in-kernel halt polling for comparison, including the
 //! CPU time each spends polling.
+//!
+//! Both sides are counted over the same measured wakes: KVM's stats fd for kernel cells, the
+//! VMM's [`vcpu::UserCounters`] (same fields) for user cells, read by the collector at the
+//! same two moments. The user guest pads its handler to the irqchip guest's instruction count
+//! so each halt, and any poll, starts as long after its wake on both paths.
 
 mod report;
 pub mod vcpu;
