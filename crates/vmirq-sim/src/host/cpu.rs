@@ -17,7 +17,7 @@ impl Core {
     }
 
     /// Give pCPU `p` (which has no current thread) to the next runnable thread.
-    fn switch_next(&mut self, p: PcpuId) -> Result<()> {
+    pub(super) fn switch_next(&mut self, p: PcpuId) -> Result<()> {
         let now = self.now();
         let mut slice = self.pcpus[p].slice;
         slice.cancel(&mut self.q);
@@ -106,7 +106,7 @@ impl Core {
         self.switch_next(p)
     }
 
-    fn preempt_thread(&mut self, v: VcpuId) {
+    pub(super) fn preempt_thread(&mut self, v: VcpuId) {
         self.preempt_work(v);
         if self.vcpus[v].idle == super::Idle::GuestPoll {
             // A guest-polling vCPU keeps polling when it runs again.
@@ -117,16 +117,6 @@ impl Core {
         }
         self.vcpus[v].run = Run::Queued;
         self.vcpus[v].preempted = true;
-    }
-}
-
-impl Core {
-    pub(super) fn preempt_thread_pub(&mut self, v: VcpuId) {
-        self.preempt_thread(v);
-    }
-
-    pub(super) fn switch_next_pub(&mut self, p: PcpuId) -> Result<()> {
-        self.switch_next(p)
     }
 }
 

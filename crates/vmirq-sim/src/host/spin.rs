@@ -107,11 +107,11 @@ impl Core {
 
     /// Preempt the running thread `c` of pCPU `p` and switch to the next runnable one.
     fn preempt_current(&mut self, p: usize, c: VcpuId) -> Result<()> {
-        self.preempt_thread_pub(c);
+        self.preempt_thread(c);
         self.pcpus[p].runq.push_back(c);
         self.pcpus[p].current = None;
         self.metrics.count("yield_preemptions");
-        self.switch_next_pub(p)?;
+        self.switch_next(p)?;
         // After a yield, CFS reconsiders after the minimum granularity, not a full slice.
         if !self.pcpus[p].runq.is_empty() {
             let at = self.now() + self.costs.min_granularity_ns.min(self.costs.timeslice_ns);
