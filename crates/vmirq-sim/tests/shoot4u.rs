@@ -65,6 +65,22 @@ fn every_mechanism_keeps_the_invariants_after_every_event() {
         let r = run(&parsec("dedup", 4_000, true, sync), 3, 1).expect("invariants hold");
         assert_sync_invariants(&r, sync);
     }
+    // kvmtlb defers flushes of halted and halt-polling vCPUs too: a vCPU that leaves host
+    // polling for the guest must flush first (checked after every event).
+    let mut c = parsec("dedup", 4_000, false, "tlb = \"kvmtlb\"");
+    c.halt_poll = "kvm".into();
+    if let vmirq_sim::workload::WorkloadConfig::Parsec(p) = &mut c.workload {
+        p.profile = Some(vmirq_sim::workload::profiles::Profile {
+            tlb_gap_us: 200,
+            lock_gap_us: 1_000,
+            cs_ns: 500,
+            unmap_ns: 2_000,
+            barrier_us: 300,
+        });
+    }
+    let r = run(&c, 3, 1).expect("no vCPU runs with a pending flush");
+    assert_sync_invariants(&r, "kvmtlb + halt polling");
+    assert!(r.metrics.counter("tlb_flush_on_entry") > 0);
 }
 
 #[test]

@@ -251,6 +251,9 @@ impl Core {
             if on.len() > 1 {
                 return Some(format!("vCPU {v} is current on pCPUs {on:?}"));
             }
+            if vc.run == Run::OnCpu && vc.flush_on_entry.is_some() {
+                return Some(format!("vCPU {v} runs with a PV TLB flush still pending"));
+            }
             if matches!(vc.run, Run::OnCpu | Run::HostPoll) && !self.bare() && on != [vc.pcpu] {
                 return Some(format!(
                     "vCPU {v} runs but is not current on pCPU {}",

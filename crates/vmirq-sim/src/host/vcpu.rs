@@ -378,6 +378,7 @@ impl Core {
                 self.vcpus[v].idle = Idle::Busy;
                 self.vcpus[v].work.push_front(entry);
                 self.vcpus[v].work.push_front(vm_entry);
+                self.flush_before_entry(v);
                 self.dispatch(v)
             }
             (Run::Blocked, _) => {
@@ -502,20 +503,25 @@ impl Core {
         Ok(Some(Hook::Irq(v, irq)))
     }
 
-    /// The vCPU thread got its pCPU; the workload hears about it ([`Hook::Resumed`]).
-    pub fn running(&mut self, v: VcpuId) -> Result<Option<Hook>> {
-        let vc = &mut self.vcpus[v];
-        vc.run = Run::OnCpu;
-        vc.kicked = false;
-        if let Some(ns) = vc.flush_on_entry.take() {
-            // record_steal_time(): KVM_VCPU_FLUSH_TLB was set while preempted.
-            vc.work.push_front(Work {
+    /// A PV TLB flush requested while the vCPU was out of guest mode happens before it
+    /// enters the guest again (`record_steal_time()` / kvmtlb's `xchg` at entry).
+    fn flush_before_entry(&mut self, v: VcpuId) {
+        if let Some(ns) = self.vcpus[v].flush_on_entry.take() {
+            self.vcpus[v].work.push_front(Work {
                 ns,
                 cat: Cat::Exit,
                 tag: Tag::Plain,
             });
             self.metrics.count("tlb_flush_on_entry");
         }
+    }
+
+    /// The vCPU thread got its pCPU; the workload hears about it ([`Hook::Resumed`]).
+    pub fn running(&mut self, v: VcpuId) -> Result<Option<Hook>> {
+        let vc = &mut self.vcpus[v];
+        vc.run = Run::OnCpu;
+        vc.kicked = false;
+        self.flush_before_entry(v);
         let vc = &mut self.vcpus[v];
         if vc.preempted {
             vc.preempted = false;
