@@ -21,6 +21,7 @@ pub mod client;
 pub mod cpu;
 pub mod error;
 pub mod knob;
+pub mod kvm;
 pub mod machine;
 pub mod plan;
 pub mod progress;

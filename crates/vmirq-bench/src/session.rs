@@ -34,6 +34,8 @@ pub struct Options {
     pub no_peer: bool,
     /// Leave out every vmirq target (bare and peer only).
     pub no_vmirq: bool,
+    /// Leave out the KVM section even where /dev/kvm is usable.
+    pub no_kvm: bool,
     /// The command line, for the report.
     pub command: String,
 }
@@ -113,6 +115,12 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Document> {
     };
     let outcome = run_plan(&plan, &setup, progress);
     notices.extend(outcome.notices);
+    let kvm = if opts.no_kvm {
+        crate::kvm::KvmSection::skipped("--no-kvm")
+    } else {
+        progress.notice("kvm: wake latency sweep on the host's KVM (about a second)");
+        crate::kvm::run()
+    };
     let knob_series = outcome
         .bursty_trace
         .as_ref()
@@ -142,5 +150,6 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Document> {
         cells: outcome.cells,
         knob_series,
         notices,
+        kvm,
     })
 }

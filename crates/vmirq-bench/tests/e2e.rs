@@ -42,6 +42,7 @@ fn vmirq_bin() -> Option<PathBuf> {
 }
 
 fn options(no_vmirq: bool, exe: PathBuf) -> Options {
+    // The KVM section runs with the bare/peer matrix only (once per test run).
     Options {
         preset: Preset::Tiny,
         targets: None,
@@ -51,6 +52,7 @@ fn options(no_vmirq: bool, exe: PathBuf) -> Options {
         vmirq_exe: exe,
         no_peer: false,
         no_vmirq,
+        no_kvm: !no_vmirq,
         command: "e2e test".into(),
     }
 }
@@ -88,6 +90,32 @@ fn check_contract(json: &serde_json::Value) {
     }
 }
 
+/// The KVM section: the wake sweep's cells where KVM works here, else a stated reason.
+fn check_kvm_section(kvm: &serde_json::Value) {
+    match kvm["status"].as_str() {
+        Some("ran") => {
+            let cells = kvm["wake"]["cells"].as_array().expect("kvm wake cells");
+            assert_eq!(cells.len(), 4);
+            for c in cells {
+                assert!(c["samples"].as_u64().unwrap_or(0) > 0, "no samples: {c}");
+                assert!(
+                    c["lat_ns"]["p50"].as_u64().unwrap_or(0) > 0,
+                    "no latency: {c}"
+                );
+                for key in ["path", "placement"] {
+                    assert!(c[key].is_string(), "{key} missing in {c}");
+                }
+            }
+        }
+        Some("skipped" | "failed") => {
+            let reason = kvm["reason"].as_str().unwrap_or("");
+            assert!(!reason.is_empty(), "kvm section skipped without a reason");
+            eprintln!("SKIPPED kvm section check: {reason}");
+        }
+        other => panic!("kvm section status {other:?}"),
+    }
+}
+
 fn cell<'a>(json: &'a serde_json::Value, target: &str, qd: u64) -> &'a serde_json::Value {
     json["cells"]
         .as_array()
@@ -107,6 +135,7 @@ fn bare_and_peer_tiny_matrix() {
     let json: serde_json::Value =
         serde_json::from_str(&doc.to_json().expect("json")).expect("parse");
     check_contract(&json);
+    check_kvm_section(&json["kvm"]);
     // io_uring signals its registered eventfd once per completion.
     let bare = cell(&json, "bare", 1);
     let n = bare["notifications_per_io"].as_f64().unwrap_or(0.0);

@@ -289,6 +289,7 @@ pub fn render(doc: &Document) -> String {
     ));
     out.push_str("</div><h2>Policy decisions during the bursty workload</h2>");
     out.push_str(&knob_plots(doc));
+    out.push_str(&crate::kvm::render_html(&doc.kvm));
     if !doc.notices.is_empty() {
         out.push_str("<h2>Notices</h2><ul>");
         for n in &doc.notices {
@@ -370,6 +371,7 @@ mod tests {
             cells,
             knob_series: vec![knob],
             notices: vec!["vmirq:vic bursty: failed <boom>".into()],
+            kvm: crate::kvm::KvmSection::skipped("no <kvm> here"),
         }
     }
 
@@ -386,6 +388,8 @@ mod tests {
             "vic: ",
             "FAILED",
             "abc123",
+            "KVM on this host",
+            "no &lt;kvm&gt; here",
         ] {
             assert!(page.contains(needle), "missing {needle}");
         }

@@ -1,6 +1,8 @@
 //! The JSON report. Contract for scripts: a top-level object with `revision`, `machine` and
 //! `cells`; each cell has at least `target`, `workload`, `queue_depth`, `client_mode`,
-//! `iops`, `lat_ns` (with `p50`, `p99`), `notifications_per_io` and `cpu_ns_per_io`.
+//! `iops`, `lat_ns` (with `p50`, `p99`), `notifications_per_io` and `cpu_ns_per_io`; and
+//! `kvm`, an object with `status` (`ran`, `skipped`, `failed`), `reason` when not run, and
+//! `wake`, the `vmirq kvm wake --json` object, when run.
 
 use crate::cpu::Placement;
 use crate::knob::KnobSeries;
@@ -48,6 +50,8 @@ pub struct Document {
     pub knob_series: Vec<KnobSeries>,
     /// Skipped targets and failed runs.
     pub notices: Vec<String>,
+    /// Wake latency and halt polling on the host's real KVM, or why not.
+    pub kvm: crate::kvm::KvmSection,
 }
 
 impl Document {

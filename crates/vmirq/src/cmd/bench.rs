@@ -39,6 +39,9 @@ pub struct Args {
     /// Leave out qemu-storage-daemon.
     #[arg(long)]
     no_peer: bool,
+    /// Leave out the KVM section (a second of `vmirq kvm wake` where /dev/kvm is usable).
+    #[arg(long)]
+    no_kvm: bool,
     /// Write every cell as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -73,11 +76,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         vmirq_exe: std::env::current_exe().context("locating the vmirq executable")?,
         no_peer: args.no_peer,
         no_vmirq: false,
+        no_kvm: args.no_kvm,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let doc = session::run(&opts, &vmirq_bench::progress::Bar::new())?;
     println!("{}", table::render(&doc.cells));
     print!("{}", summary::render(&doc.cells));
+    print!("{}", vmirq_bench::kvm::render_text(&doc.kvm));
     println!(
         "{} runs in {:.0} s on {}",
         doc.cells.iter().map(|c| c.runs.len()).sum::<usize>(),

@@ -1,0 +1,167 @@
+//! The optional "kvm" section of a bench report: where `/dev/kvm` is usable, a short
+//! `vmirq kvm wake` sweep on the host's real KVM (a halted vCPU woken by an irqfd MSI, the
+//! device-completion path, and by an x2APIC IPI from another vCPU, the TCP_RR path; halt
+//! polling off and at 200 µs; sender on the other core), so the storage numbers sit next to
+//! what a virtual interrupt and halt polling cost on the same machine. Where KVM is not
+//! usable the section says why instead.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::time::Duration;
+use vmirq_kvm::host::TscClock;
+use vmirq_kvm::wake::{self, Path, Placement, Sweep, WakeReport};
+
+/// The section: the sweep's report, or why it was not run.
+#[derive(Debug, Clone, Serialize)]
+pub struct KvmSection {
+    /// `ran`, `skipped` (KVM not usable, or `--no-kvm`) or `failed`.
+    pub status: String,
+    /// Why it was skipped or failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The `vmirq kvm wake` report (same contract as `vmirq kvm wake --json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wake: Option<WakeReport>,
+}
+
+impl KvmSection {
+    /// The section of a run that left KVM out on purpose.
+    #[must_use]
+    pub fn skipped(reason: &str) -> Self {
+        Self {
+            status: "skipped".to_owned(),
+            reason: Some(reason.to_owned()),
+            wake: None,
+        }
+    }
+}
+
+/// The sweep the bench runs: about a second on this kind of machine.
+#[must_use]
+pub fn bench_sweep() -> Sweep {
+    Sweep {
+        paths: vec![Path::Irqfd, Path::Ipi],
+        halt_poll_ns: vec![0, 200_000],
+        intervals_ns: vec![50_000],
+        placements: vec![Placement::Other],
+        samples: 200,
+        warmup: 30,
+    }
+}
+
+/// Run the section: probe KVM, then the sweep.
+#[must_use]
+pub fn run() -> KvmSection {
+    if let Err(e) = vmirq_kvm::vm::probe() {
+        return KvmSection::skipped(&e.to_string());
+    }
+    let clock = TscClock::calibrate(Duration::from_millis(50));
+    match wake::run_sweep(&bench_sweep(), clock, |_| {}) {
+        Ok(report) => KvmSection {
+            status: "ran".to_owned(),
+            reason: None,
+            wake: Some(report),
+        },
+        Err(e) => KvmSection {
+            status: "failed".to_owned(),
+            reason: Some(e.to_string()),
+            wake: None,
+        },
+    }
+}
+
+/// Text for the terminal: the sweep's table, or one line saying why there is none.
+#[must_use]
+pub fn render_text(section: &KvmSection) -> String {
+    let mut out = String::from(
+        "\nKVM on this host (vmirq kvm wake, halted vCPU woken from the other core)\n",
+    );
+    match (&section.wake, &section.reason) {
+        (Some(w), _) => out.push_str(&wake::table(&w.cells).render()),
+        (None, reason) => {
+            let _ = writeln!(
+                out,
+                "{}: {}",
+                section.status,
+                reason.as_deref().unwrap_or("no reason given")
+            );
+        }
+    }
+    out
+}
+
+/// The HTML fragment: a p50/p99 bar chart per path and window, or the reason.
+#[must_use]
+pub fn render_html(section: &KvmSection) -> String {
+    use crate::report::svg::{bar_chart, escape};
+    let mut out = String::from(
+        "<h2>KVM on this host</h2><p class=note>A halted vCPU woken by an irqfd MSI (device \
+         completion) or an x2APIC IPI from another vCPU (TCP_RR), sender on the other core, \
+         with KVM halt polling off and at 200 µs (<code>vmirq kvm wake</code>).</p>",
+    );
+    let Some(w) = &section.wake else {
+        let _ = write!(
+            out,
+            "<p>{}: {}</p>",
+            escape(&section.status),
+            escape(section.reason.as_deref().unwrap_or(""))
+        );
+        return out;
+    };
+    let categories: Vec<String> = w
+        .cells
+        .iter()
+        .map(|c| {
+            format!(
+                "{} poll {} us",
+                match c.path {
+                    Path::Irqfd => "irqfd",
+                    Path::Ipi => "ipi",
+                },
+                c.halt_poll_ns / 1000
+            )
+        })
+        .collect();
+    let us = |ns: u64| crate::stats::as_f64(ns) / 1000.0;
+    let values = vec![
+        w.cells.iter().map(|c| us(c.lat_ns.p50)).collect(),
+        w.cells.iter().map(|c| us(c.lat_ns.p99)).collect(),
+    ];
+    out.push_str("<div class=plots>");
+    out.push_str(&bar_chart(
+        "Wake latency of a halted vCPU",
+        "us",
+        &categories,
+        &["p50".to_owned(), "p99".to_owned()],
+        &values,
+    ));
+    out.push_str("</div>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skipped_section_says_why_in_text_json_and_html() {
+        let s = KvmSection::skipped("KVM is not usable here: /dev/kvm missing");
+        assert!(render_text(&s).contains("skipped: KVM is not usable here"));
+        assert!(render_html(&s).contains("/dev/kvm missing"));
+        let json = serde_json::to_value(&s).expect("json");
+        assert_eq!(json["status"], "skipped");
+        assert!(json.get("wake").is_none());
+    }
+
+    #[test]
+    fn the_bench_sweep_covers_both_paths_with_and_without_polling() {
+        let cells = bench_sweep().cells();
+        assert_eq!(cells.len(), 4);
+        assert!(cells
+            .iter()
+            .any(|c| c.path == Path::Ipi && c.halt_poll_ns == 0));
+        assert!(cells
+            .iter()
+            .any(|c| c.path == Path::Irqfd && c.halt_poll_ns == 200_000));
+    }
+}
