@@ -12,6 +12,15 @@ use vm_memory::GuestMemoryMmap;
 use vmirq_policy::moderation::{Event, Moderator};
 use vmirq_policy::wait::{WaitDecision, Waiter, WakeOutcome};
 
+/// While storage operations are in flight, the poll loop yields the CPU every this many
+/// iterations. io_uring hands operations that would block (buffered I/O, page-cache misses)
+/// to io-wq worker threads of this process, which inherit the worker's CPU and scheduling
+/// policy; a poller that never yields keeps them off that CPU for its whole window. Measured
+/// on a `/dev/shm` image with `--poll kvm:max_ns=200000`, server and client pinned
+/// SCHED_FIFO: QD 1 from 4.8k to 39k IOPS (p50 200 -> 23 µs), QD 32 from 133k to 366-400k;
+/// under CFS the QD-1 p99 from 333 to 48 µs.
+pub const YIELD_EVERY_SPINS: u64 = 8;
+
 /// Hard cap on poll iterations per window, independent of the clock (each iteration reads
 /// the clock and one ring index, well under a microsecond), so a clock anomaly cannot turn
 /// a poll into a hang.
@@ -53,7 +62,11 @@ impl QueueEngine {
             if now >= until || spins >= MAX_POLL_SPINS {
                 break;
             }
-            std::hint::spin_loop();
+            if spins % YIELD_EVERY_SPINS == 0 && self.parts.io.in_flight() > 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
         // Window over: re-enable kicks, and catch requests that raced with that.
         if ring.queue_mut().enable_notification(&**mem)? {
