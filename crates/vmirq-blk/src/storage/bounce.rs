@@ -117,6 +117,15 @@ pub fn probe_memory_alignment(fd: RawFd, capacity: u64) -> io::Result<usize> {
 mod tests {
     use super::*;
 
+    /// `buf` as two iovecs, split at `at`.
+    fn split(buf: &mut [u8], at: usize) -> [libc::iovec; 2] {
+        let (a, b) = buf.split_at_mut(at);
+        [a, b].map(|part| libc::iovec {
+            iov_base: part.as_mut_ptr().cast(),
+            iov_len: part.len(),
+        })
+    }
+
     #[test]
     fn buffers_are_aligned_and_round_trip_split_iovecs() {
         for align in [512, 4096] {
@@ -127,31 +136,9 @@ mod tests {
             for (i, x) in src.iter_mut().enumerate() {
                 *x = u8::try_from(i % 251).unwrap_or(0);
             }
-            let (a, c) = src.split_at_mut(100);
-            let iov = [
-                libc::iovec {
-                    iov_base: a.as_mut_ptr().cast(),
-                    iov_len: a.len(),
-                },
-                libc::iovec {
-                    iov_base: c.as_mut_ptr().cast(),
-                    iov_len: c.len(),
-                },
-            ];
-            b.fill_from(&iov);
+            b.fill_from(&split(&mut src, 100));
             let mut dst = vec![0u8; 1024];
-            let (d1, d2) = dst.split_at_mut(700);
-            let out = [
-                libc::iovec {
-                    iov_base: d1.as_mut_ptr().cast(),
-                    iov_len: d1.len(),
-                },
-                libc::iovec {
-                    iov_base: d2.as_mut_ptr().cast(),
-                    iov_len: d2.len(),
-                },
-            ];
-            b.copy_to(&out);
+            b.copy_to(&split(&mut dst, 700));
             assert_eq!(dst, src);
         }
     }

@@ -6,7 +6,7 @@
 //! io_uring per queue (see `uring.rs`) so that a batch of requests is in flight at once.
 
 use super::uring::UringQueue;
-use super::{Disk, Done, Finished, Io, IoKind, QueueIo, Result, StorageError};
+use super::{Disk, Immediate, Io, IoKind, Perform, QueueIo, Result, StorageError};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
@@ -58,11 +58,10 @@ impl Disk for RamDisk {
         true
     }
     fn open_queue(&self, depth: u32) -> Result<Box<dyn QueueIo>> {
-        Ok(Box::new(SyncQueue {
-            file: Arc::clone(&self.file),
-            depth: depth.max(1) as usize,
-            finished: Finished::default(),
-        }))
+        Ok(Box::new(Immediate::new(
+            SyncFile(Arc::clone(&self.file)),
+            depth,
+        )))
     }
     fn describe(&self) -> String {
         "ram".to_owned()
@@ -149,28 +148,13 @@ impl Disk for FileDisk {
     }
 }
 
-/// Synchronous positional I/O on a shared file (the RAM disk's queue context): a memory
-/// copy, so every operation finishes inside `start`.
-struct SyncQueue {
-    file: Arc<File>,
-    depth: usize,
-    finished: Finished,
-}
+/// Synchronous positional I/O on a shared file (the RAM disk's operations): a memory copy,
+/// so every operation finishes inside `start`.
+struct SyncFile(Arc<File>);
 
-impl QueueIo for SyncQueue {
-    fn capacity(&self) -> usize {
-        self.depth
-    }
-    fn start(&mut self, tag: u32, io: Io) {
-        let ok = run_sync(self.file.as_raw_fd(), &io).is_ok();
-        self.finished.push(tag, ok);
-    }
-    fn submit(&mut self) {}
-    fn reap(&mut self, done: &mut Vec<Done>) {
-        self.finished.drain_into(done);
-    }
-    fn in_flight(&self) -> usize {
-        self.finished.len()
+impl Perform for SyncFile {
+    fn perform(&mut self, io: &Io) -> bool {
+        run_sync(self.0.as_raw_fd(), io).is_ok()
     }
 }
 

@@ -145,6 +145,48 @@ pub trait QueueIo: Send {
     }
 }
 
+/// How a backend that finishes every operation inside `start` performs one.
+pub(crate) trait Perform: Send {
+    /// Do `io`; `true` when it succeeded.
+    fn perform(&mut self, io: &Io) -> bool;
+}
+
+/// The queue context of a backend that finishes every operation inside `start` (RAM and
+/// null disks): results wait in a list until reaped.
+pub(crate) struct Immediate<P> {
+    perform: P,
+    depth: usize,
+    finished: Finished,
+}
+
+impl<P: Perform> Immediate<P> {
+    /// A context of `depth` operations (at least 1) over `perform`.
+    pub(crate) fn new(perform: P, depth: u32) -> Self {
+        Self {
+            perform,
+            depth: depth.max(1) as usize,
+            finished: Finished::default(),
+        }
+    }
+}
+
+impl<P: Perform> QueueIo for Immediate<P> {
+    fn capacity(&self) -> usize {
+        self.depth
+    }
+    fn start(&mut self, tag: u32, io: Io) {
+        let ok = self.perform.perform(&io);
+        self.finished.push(tag, ok);
+    }
+    fn submit(&mut self) {}
+    fn reap(&mut self, done: &mut Vec<Done>) {
+        self.finished.drain_into(done);
+    }
+    fn in_flight(&self) -> usize {
+        self.finished.len()
+    }
+}
+
 /// Finished operations of a backend that completes inside `start`.
 #[derive(Debug, Default)]
 pub(crate) struct Finished(Vec<Done>);

@@ -1,6 +1,6 @@
 //! The null disk: writes are dropped, reads return zeroes, nothing is stored.
 
-use super::{Disk, Done, Finished, Io, IoKind, QueueIo, Result, StorageError};
+use super::{Disk, Immediate, Io, IoKind, Perform, QueueIo, Result, StorageError};
 
 /// A disk of a given size that stores nothing.
 #[derive(Debug)]
@@ -30,27 +30,18 @@ impl Disk for NullDisk {
         true
     }
     fn open_queue(&self, depth: u32) -> Result<Box<dyn QueueIo>> {
-        Ok(Box::new(NullQueue {
-            depth: depth.max(1) as usize,
-            finished: Finished::default(),
-        }))
+        Ok(Box::new(Immediate::new(Zeroes, depth)))
     }
     fn describe(&self) -> String {
         "null".to_owned()
     }
 }
 
-/// Per-queue context of the null disk: every operation finishes inside `start`.
-struct NullQueue {
-    depth: usize,
-    finished: Finished,
-}
+/// The null disk's operations: reads fill the buffers with zeroes, everything succeeds.
+struct Zeroes;
 
-impl QueueIo for NullQueue {
-    fn capacity(&self) -> usize {
-        self.depth
-    }
-    fn start(&mut self, tag: u32, io: Io) {
+impl Perform for Zeroes {
+    fn perform(&mut self, io: &Io) -> bool {
         if io.kind == IoKind::Read {
             for v in &io.iov {
                 // SAFETY: the caller guarantees every iovec points into mapped guest memory of
@@ -59,13 +50,6 @@ impl QueueIo for NullQueue {
                 unsafe { std::ptr::write_bytes(v.iov_base.cast::<u8>(), 0, v.iov_len) };
             }
         }
-        self.finished.push(tag, true);
-    }
-    fn submit(&mut self) {}
-    fn reap(&mut self, done: &mut Vec<Done>) {
-        self.finished.drain_into(done);
-    }
-    fn in_flight(&self) -> usize {
-        self.finished.len()
+        true
     }
 }
