@@ -255,3 +255,26 @@ fn stopping_the_ring_completes_and_signals_everything_in_flight() {
         "hold timer left armed on a stopped ring"
     );
 }
+
+/// A completion the policy held before the stop, with nothing in flight at the stop, is still
+/// signalled when the ring stops.
+#[test]
+fn stopping_the_ring_signals_completions_held_earlier() {
+    let opts = DeviceOpts {
+        moderation: "count:usecs=1000000,frames=64".parse().expect("spec"),
+        ..DeviceOpts::default()
+    };
+    let (mut d, io) = device(8, opts);
+    let _ = reads(&mut d, 1);
+    d.kick();
+    assert_eq!(io.finish(1), 1);
+    d.io_ready();
+    assert_eq!(d.guest.take_used().len(), 1);
+    assert_eq!(
+        (d.signals(), d.engine.held()),
+        (0, 1),
+        "count should hold it"
+    );
+    d.stop();
+    assert_eq!(d.signals(), 1, "held completion not signalled at stop");
+}

@@ -222,7 +222,7 @@ impl QueueEngine {
         self.guarded(ring, mem, |e, r, m| {
             e.wait_for_storage(QUIESCE_TIMEOUT_MS);
             let completed = e.complete_finished(r, m)?.is_some();
-            if completed {
+            if completed || e.parts.moderation.held() > 0 {
                 // Whatever the policy held goes out now: the ring stops.
                 e.notify(r, m)?;
             }
