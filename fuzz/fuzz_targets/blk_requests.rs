@@ -66,8 +66,6 @@ struct Input {
     moderation: u8,
     /// Engine batch bound 1..=4 (small bounds exercise the resume-by-timer path).
     max_batches: u8,
-    /// Chains per batch: 0 unlimited, else 1..=4.
-    batch_chains: u8,
     /// Some(capacity 1..=8): storage completes only on `Finish`/`Fail` (like io_uring).
     async_storage: Option<u8>,
     ops: Vec<Op>,
@@ -83,10 +81,6 @@ fuzz_target!(|input: Input| {
         read_only: input.read_only,
         moderation,
         max_batches_per_event: usize::from(input.max_batches % 4) + 1,
-        batch_chains: match input.batch_chains % 5 {
-            0 => usize::MAX,
-            n => usize::from(n),
-        },
         ..DeviceOpts::default()
     };
     let capacity = input.async_storage.map(|c| usize::from(c % 8) + 1);

@@ -385,8 +385,6 @@ pub struct DeviceOpts {
     pub poll: vmirq_policy::spec::WaitSpec,
     /// Engine bound on batches per event (small values exercise the resume-by-timer path).
     pub max_batches_per_event: usize,
-    /// Most chains per batch (unlimited by default).
-    pub batch_chains: usize,
 }
 
 impl Default for DeviceOpts {
@@ -399,7 +397,6 @@ impl Default for DeviceOpts {
             moderation: vmirq_policy::spec::ModerationSpec::None,
             poll: vmirq_policy::spec::WaitSpec::Never,
             max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
-            batch_chains: usize::MAX,
         }
     }
 }
@@ -454,7 +451,6 @@ impl TestDevice {
             waiter: o.poll.build(),
             counters: std::sync::Arc::clone(&counters),
             max_batches_per_event: o.max_batches_per_event,
-            batch_chains: o.batch_chains,
         };
         let engine = crate::engine::QueueEngine::new(parts).expect("engine");
         Self {

@@ -237,11 +237,6 @@ impl Server {
                 waiter: c.poll.build(),
                 counters: Arc::clone(&self.handle.counters[usize::from(q)]),
                 max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
-                batch_chains: if c.poll == vmirq_policy::spec::WaitSpec::Never {
-                    crate::engine::SLEEPING_BATCH_CHAINS
-                } else {
-                    usize::MAX
-                },
             };
             engines.push(QueueEngine::new(parts)?);
         }

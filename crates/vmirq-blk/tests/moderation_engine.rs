@@ -224,28 +224,3 @@ fn verify_spec_2_7_7_1_no_interrupt_flag_suppresses_signals_without_event_idx() 
     d.kick();
     assert_eq!(d.signals(), 1);
 }
-
-/// A sleeping queue (no kick polling) works through a kick in batches of a bounded number of
-/// chains, each completed (and signalled) before the next is popped: one kick still serves
-/// everything available.
-#[test]
-fn bounded_batches_complete_and_signal_chunk_by_chunk() {
-    let mut d = TestDevice::new(DeviceOpts {
-        batch_chains: 2,
-        ..DeviceOpts::default()
-    });
-    submit_n(&mut d, 5);
-    d.kick();
-    assert_eq!(
-        d.guest.take_used().len(),
-        5,
-        "one kick must serve every chain"
-    );
-    // Without EVENT_IDX: two signals per full batch of two (first at once, the rest at the
-    // batch's end) and one for the last batch of one.
-    assert_eq!(d.signals(), 5);
-    let mut whole = TestDevice::new(DeviceOpts::default());
-    submit_n(&mut whole, 5);
-    whole.kick();
-    assert_eq!((whole.guest.take_used().len(), whole.signals()), (5, 2));
-}

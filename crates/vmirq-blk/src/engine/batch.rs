@@ -106,9 +106,8 @@ impl QueueEngine {
         let mut last = None;
         let mut notify_at_submit = false;
         {
-            let limit = self.parts.batch_chains.max(1);
             let mut chains = ring.queue_mut().iter(&**mem)?;
-            while !self.inflight.free.is_empty() && popped < limit {
+            while !self.inflight.free.is_empty() {
                 let Some(chain) = chains.next() else { break };
                 popped += 1;
                 let head = chain.head_index();

@@ -38,15 +38,6 @@ const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 /// could be reused).
 const QUIESCE_TIMEOUT_MS: u32 = 30_000;
 
-/// Most chains one batch pops when the queue sleeps in epoll between kicks (`--poll never`).
-/// Completing a kick's requests in batches of this many lets the first notification go out
-/// while the rest are still being processed, so the driver reaps and resubmits while the
-/// backend works instead of both sides taking turns (measured at QD 32 on a null disk with
-/// `vic`: 409-451k IOPS unlimited, 517-650k with 8, at 0.035-0.04 notifications per I/O;
-/// batches of 2 or 4 were faster still but notified 2-4x as often). A polling queue keeps
-/// whole batches: it picks up resubmissions without a kick, and chunking cost it 8-10%.
-pub const SLEEPING_BATCH_CHAINS: usize = 8;
-
 /// Most batches drained in one call before yielding to the event loop (the engine re-arms
 /// its timer immediately so it comes back). Bounds the time spent per event.
 pub const MAX_BATCHES_PER_EVENT: usize = 64;
@@ -91,9 +82,6 @@ pub struct EngineParts {
     pub counters: Arc<QueueCounters>,
     /// Bound on batches per event before yielding (normally [`MAX_BATCHES_PER_EVENT`]).
     pub max_batches_per_event: usize,
-    /// Most chains popped per batch ([`SLEEPING_BATCH_CHAINS`] without kick polling,
-    /// `usize::MAX` with it).
-    pub batch_chains: usize,
 }
 
 /// One queue's engine.
