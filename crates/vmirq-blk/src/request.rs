@@ -156,9 +156,7 @@ impl Scratch {
     /// Give a request's segment list back for the next `parse` (its contents are dropped).
     pub fn recycle(&mut self, mut segments: Vec<Segment>) {
         segments.clear();
-        if segments.capacity() > self.segments.capacity() {
-            self.segments = segments;
-        }
+        self.segments = segments;
     }
 }
 

@@ -65,15 +65,18 @@ impl Inflight {
         self.pending.len() - self.free.len()
     }
 
-    /// Keep the guest memory of every request not in `finished` mapped for the life of the
-    /// process: its storage operation may still be running in the kernel.
-    pub(super) fn leak_memory_of_unfinished(&mut self, finished: &[Done]) {
-        for (tag, p) in self.pending.iter_mut().enumerate() {
-            let done = finished.iter().any(|d| d.tag as usize == tag);
-            if !done {
-                if let Some(p) = p.take() {
-                    std::mem::forget(p.mem);
-                }
+    /// Drop the requests storage reported finished (`done`), then keep the guest memory of
+    /// every request still pending mapped for the life of the process: its storage operation
+    /// may still be running in the kernel.
+    pub(super) fn leak_memory_of_unfinished(&mut self) {
+        for d in &self.done {
+            if let Some(p) = self.pending.get_mut(d.tag as usize) {
+                *p = None;
+            }
+        }
+        for p in &mut self.pending {
+            if let Some(p) = p.take() {
+                std::mem::forget(p.mem);
             }
         }
     }
@@ -94,14 +97,14 @@ impl QueueEngine {
     /// Pop and start every chain available now (as many as free tags allow), then complete
     /// whatever has finished. Returns how many chains were popped.
     ///
-    /// The clock is read once for the submissions (all chains are popped together) and once
-    /// for the completions (they become visible together).
+    /// The clock is read once for the submissions (all chains are popped together; not at all
+    /// when nothing is available) and once for the completions (they become visible together).
     pub(super) fn process_batch(
         &mut self,
         ring: &mut dyn Ring,
         mem: &Arc<GuestMemoryMmap>,
     ) -> Result<usize, EngineError> {
-        let submitted_at = now_ns();
+        let mut submitted_at = None;
         let mut popped = 0usize;
         let mut last = None;
         let mut notify_at_submit = false;
@@ -121,7 +124,9 @@ impl QueueEngine {
                     Ok(req) => self.start(req, mem),
                     Err(rej) => self.inflight.ready.push(rejected_slot(rej)),
                 }
-                let d = self.parts.moderation.on_event(submitted_at, Event::Submit);
+                // One clock read per batch, and none for the empty batch that ends a drain.
+                let at = *submitted_at.get_or_insert_with(now_ns);
+                let d = self.parts.moderation.on_event(at, Event::Submit);
                 notify_at_submit |= d == Decision::Notify;
                 last = Some(d);
             }
@@ -266,7 +271,6 @@ impl QueueEngine {
             Decision::Notify if notify.checked => notify.deferred = true,
             Decision::Notify => {
                 notify.checked = true;
-                notify.deferred = false;
                 self.notify(ring, mem)?;
             }
             Decision::Hold { .. } => QueueCounters::add(&self.parts.counters.held, 1),
@@ -337,29 +341,23 @@ impl QueueEngine {
                 None
             }
         };
-        match (io, self.inflight.free.pop()) {
-            (Some(io), Some(tag)) => {
-                if let Some(entry) = self.inflight.pending.get_mut(tag as usize) {
-                    *entry = Some(Pending {
-                        slot,
-                        mem: Arc::clone(mem),
-                    });
-                    self.parts.io.start(tag, io);
-                }
-            }
-            (None, tag) => {
-                if let Some(tag) = tag {
-                    self.inflight.free.push(tag);
-                }
-                self.inflight.ready.push(slot);
-            }
-            (Some(_), None) => {
-                // Not reached: chains are only popped while a tag is free.
-                slot.status = status::IOERR;
-                slot.written = 0;
-                self.inflight.ready.push(slot);
-            }
-        }
+        let Some(io) = io else {
+            self.inflight.ready.push(slot);
+            return;
+        };
+        // Chains are only popped while a tag is free, so there always is one here; tags are
+        // indices of `pending` by construction (`Inflight::new`).
+        let Some(tag) = self.inflight.free.pop() else {
+            slot.status = status::IOERR;
+            slot.written = 0;
+            self.inflight.ready.push(slot);
+            return;
+        };
+        self.inflight.pending[tag as usize] = Some(Pending {
+            slot,
+            mem: Arc::clone(mem),
+        });
+        self.parts.io.start(tag, io);
     }
 
     /// Copy the device id into the request's buffers; returns the bytes written.

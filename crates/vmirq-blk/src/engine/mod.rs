@@ -173,9 +173,7 @@ impl QueueEngine {
         if self.inflight.len() == 0 && self.parts.io.in_flight() == 0 {
             return;
         }
-        let mut done = Vec::new();
-        self.parts.io.wait(&mut done, QUIESCE_TIMEOUT_MS);
-        let finished = done.len();
+        self.wait_for_storage(QUIESCE_TIMEOUT_MS);
         let unfinished = self.parts.io.in_flight();
         if unfinished > 0 {
             tracing::error!(
@@ -183,13 +181,9 @@ impl QueueEngine {
                 unfinished,
                 "storage operations did not finish; keeping their guest memory mapped"
             );
-            self.inflight.leak_memory_of_unfinished(&done);
+            self.inflight.leak_memory_of_unfinished();
         }
-        tracing::debug!(
-            queue = self.parts.index,
-            finished,
-            "dropped requests in flight"
-        );
+        tracing::debug!(queue = self.parts.index, "dropped requests in flight");
         self.inflight.clear();
     }
 

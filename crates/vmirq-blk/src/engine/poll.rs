@@ -54,15 +54,18 @@ impl QueueEngine {
             if self.has_work(ring, mem)? {
                 return self.poll_hit(now);
             }
-            if let Some(d) = self.complete_finished(ring, mem)? {
-                self.apply(d, false, ring, mem)?;
+            let in_flight = self.inflight.len() > 0;
+            if in_flight {
+                if let Some(d) = self.complete_finished(ring, mem)? {
+                    self.apply(d, false, ring, mem)?;
+                }
             }
             self.fire_due_timer(now, ring, mem)?;
             spins += 1;
             if now >= until || spins >= MAX_POLL_SPINS {
                 break;
             }
-            if spins % YIELD_EVERY_SPINS == 0 && self.parts.io.in_flight() > 0 {
+            if in_flight && spins % YIELD_EVERY_SPINS == 0 {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
