@@ -44,39 +44,32 @@ impl Bounce {
 
     /// Copy the guest buffers `iov` into this buffer (before a write).
     pub fn fill_from(&mut self, iov: &[libc::iovec]) {
-        let mut at = self.start;
-        let end = self.start + self.len;
-        for v in iov {
-            let n = v.iov_len.min(end - at);
-            // SAFETY: `v` points into guest memory of at least `iov_len` bytes that the
-            // engine keeps mapped while the operation exists (QueueIo contract); the
-            // destination `storage[at..at + n]` is inside this buffer (n <= end - at).
-            // Guest memory is never part of `storage`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    v.iov_base.cast::<u8>(),
-                    self.storage[at..].as_mut_ptr(),
-                    n,
-                );
-            }
-            at += n;
-        }
+        self.transfer(iov, false);
     }
 
     /// Copy this buffer out to the guest buffers `iov` (after a read).
-    pub fn copy_to(&self, iov: &[libc::iovec]) {
+    pub fn copy_to(&mut self, iov: &[libc::iovec]) {
+        self.transfer(iov, true);
+    }
+
+    /// Copy between this buffer and `iov`, in order, up to this buffer's length.
+    fn transfer(&mut self, iov: &[libc::iovec], into_guest: bool) {
         let mut at = self.start;
         let end = self.start + self.len;
         for v in iov {
             let n = v.iov_len.min(end - at);
-            // SAFETY: as in `fill_from`, with source and destination swapped.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.storage[at..].as_ptr(),
-                    v.iov_base.cast::<u8>(),
-                    n,
-                );
-            }
+            let host = self.storage[at..].as_mut_ptr();
+            let guest = v.iov_base.cast::<u8>();
+            let (src, dst) = if into_guest {
+                (host.cast_const(), guest)
+            } else {
+                (guest.cast_const(), host)
+            };
+            // SAFETY: `v` points into guest memory of at least `iov_len` bytes that the
+            // engine keeps mapped while the operation exists (QueueIo contract); the host side
+            // `storage[at..at + n]` is inside this buffer (n <= end - at). Guest memory is
+            // never part of `storage`, so the two do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
             at += n;
         }
     }

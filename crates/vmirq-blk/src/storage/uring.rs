@@ -124,7 +124,7 @@ fn finish(
         .ok()
         .and_then(|i| ops.get_mut(i))
         .and_then(Option::take);
-    let (Some(Op { io, bounce }), Ok(tag)) = (slot, u32::try_from(tag)) else {
+    let (Some(Op { io, mut bounce }), Ok(tag)) = (slot, u32::try_from(tag)) else {
         tracing::error!(tag, "io_uring completion for an unknown tag");
         return;
     };
@@ -140,7 +140,7 @@ fn finish(
     if !ok {
         tracing::warn!(kind = ?io.kind, offset = io.offset, len = io.len, res, "io_uring operation failed");
     }
-    if let (true, IoKind::Read, Some((buf, guest))) = (ok, io.kind, &bounce) {
+    if let (true, IoKind::Read, Some((buf, guest))) = (ok, io.kind, &mut bounce) {
         buf.copy_to(guest);
     }
     done.push(Done { tag, ok });
@@ -280,11 +280,17 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    /// `len` bytes of `buf` from `off`, as one iovec.
+    pub(super) fn iov_at(buf: &mut [u8], off: usize, len: usize) -> libc::iovec {
+        libc::iovec {
+            iov_base: buf[off..off + len].as_mut_ptr().cast(),
+            iov_len: len,
+        }
+    }
+
     fn iov(buf: &mut [u8]) -> Vec<libc::iovec> {
-        vec![libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        }]
+        let len = buf.len();
+        vec![iov_at(buf, 0, len)]
     }
 
     /// Reap until `n` operations came back or the completion fd stays quiet for 5 s.
@@ -385,14 +391,8 @@ mod tests {
 #[cfg(test)]
 mod direct_tests {
     use super::super::{Disk, FileDisk};
+    use super::tests::iov_at;
     use super::*;
-
-    fn iov_at(buf: &mut [u8], off: usize, len: usize) -> libc::iovec {
-        libc::iovec {
-            iov_base: buf[off..off + len].as_mut_ptr().cast(),
-            iov_len: len,
-        }
-    }
 
     fn run(q: &mut dyn QueueIo, io: Io) -> bool {
         q.start(0, io);
