@@ -19,9 +19,7 @@ vmirq=$PWD/target/release/vmirq
 load=$PWD/target/release/examples/blk_load
 command -v qemu-storage-daemon >/dev/null || { echo "qemu-storage-daemon not installed (scripts/setup.sh)" >&2; exit 1; }
 work=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
 image=$image_dir/vmirq-blk-targets.img
-truncate -s 1G "$image"
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work" "$image"' EXIT
 # Populate the image so O_DIRECT reads hit allocated blocks.
 dd if=/dev/zero of="$image" bs=1M count=1024 conv=notrunc status=none

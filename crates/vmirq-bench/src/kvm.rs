@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::time::Duration;
 use vmirq_kvm::host::TscClock;
-use vmirq_kvm::wake::{self, Path, Placement, Sweep, WakeReport};
+use vmirq_kvm::wake::{self, Path, Sweep, WakeReport};
 
 /// The section: the sweep's report, or why it was not run.
 #[derive(Debug, Clone, Serialize)]
@@ -39,13 +39,13 @@ impl KvmSection {
 /// The sweep the bench runs: about a second on this kind of machine.
 #[must_use]
 pub fn bench_sweep() -> Sweep {
+    // `vmirq kvm wake --quick` (both paths, polling off and 200 µs, other core) with a
+    // shorter interval and more samples.
     Sweep {
-        paths: vec![Path::Irqfd, Path::Ipi],
-        halt_poll_ns: vec![0, 200_000],
         intervals_ns: vec![50_000],
-        placements: vec![Placement::Other],
         samples: 200,
         warmup: 30,
+        ..Sweep::quick()
     }
 }
 
