@@ -25,6 +25,10 @@ use vmm_sys_util::eventfd::EventFd;
 const BLOCK_LIMIT: Duration = Duration::from_secs(2);
 /// Exits allowed per run.
 const MAX_EXITS: u64 = 10_000_000;
+
+/// Hard cap on iterations of one poll window (each reads the clock and the pending flag,
+/// well over a nanosecond), independent of the clock.
+const MAX_POLL_SPINS: u64 = 100_000_000;
 /// Wall-time bound of a run.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -197,7 +201,11 @@ fn halt(
         st.attempted += 1;
         let deadline = begin + window;
         let mut t = begin;
-        while t < deadline {
+        // Bounded by the window and, should the clock stall, by a spin count.
+        for _ in 0..MAX_POLL_SPINS {
+            if t >= deadline {
+                break;
+            }
             // A plain load first: the line stays shared until the injector writes it, and
             // the atomic swap (which takes it exclusive) runs only once the flag is seen.
             if bell.pending.load(Ordering::Acquire) && bell.pending.swap(false, Ordering::AcqRel) {
@@ -210,7 +218,7 @@ fn halt(
             t = now();
         }
         st.poll_fail_ns += t - begin;
-        st.max_overrun_ns = st.max_overrun_ns.max(t - deadline);
+        st.max_overrun_ns = st.max_overrun_ns.max(t.saturating_sub(deadline));
     }
     block(bell)?;
     st.slept += 1;
