@@ -11,15 +11,18 @@ fn load(name: &str, sets: &[&str]) -> Scenario {
     Scenario::parse(&text, &sets).expect("parses")
 }
 
+/// The bundled scenarios the model-wide tests run.
+const BUNDLED: [&str; 5] = [
+    "kvm_wakeup",
+    "vic_storage",
+    "ibm_polling",
+    "dim_virtio_net",
+    "shoot4u_tlb",
+];
+
 #[test]
 fn same_seed_gives_bit_identical_results_and_other_seeds_differ() {
-    for name in [
-        "kvm_wakeup",
-        "vic_storage",
-        "ibm_polling",
-        "dim_virtio_net",
-        "shoot4u_tlb",
-    ] {
+    for name in BUNDLED {
         let sc = load(name, &["duration_us=20000", "warmup_us=0"]);
         let a = sc.run(Some(5), 0).expect("run");
         let b = sc.run(Some(5), 0).expect("run");
@@ -50,13 +53,7 @@ fn same_seed_gives_bit_identical_results_and_other_seeds_differ() {
 fn invariants_hold_throughout_every_bundled_run() {
     // check_every = 1: no vCPU on two pCPUs, every running vCPU is its pCPU's current
     // thread, and per-pCPU time categories add up to elapsed time, after every event.
-    for name in [
-        "kvm_wakeup",
-        "vic_storage",
-        "ibm_polling",
-        "dim_virtio_net",
-        "shoot4u_tlb",
-    ] {
+    for name in BUNDLED {
         let sc = load(name, &["duration_us=3000", "warmup_us=0"]);
         sc.run(None, 1).expect("invariants hold");
     }
