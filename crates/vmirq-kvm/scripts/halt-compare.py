@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Repeat `vmirq kvm halt --json` and summarise each cell as median [min, max] over rounds.
 
+Cells are keyed by gap distribution (`--gaps`, or `--interval-us` as `const:us=N`) and poller.
+
 Usage: halt-compare.py OUT.jsonl ROUNDS BINARY [vmirq kvm halt args...]
 
 Before each round it waits (up to 60 s) until the host was at least 85 % idle over one
@@ -48,27 +50,30 @@ def summarise(path, binary=None):
         if binary and rec['binary'] != binary:
             continue
         for c in rec['cells']:
-            key = (c['interval_ns'], c['poller'])
+            # Rounds from before the gap distributions have no `gaps`: a constant interval.
+            key = (c.get('gaps', f"const:us={c['interval_ns'] // 1000}"), c['poller'])
             h = max(1, c['halts'])
             polled = c['polled']
             rows.setdefault(key, []).append({
                 'p50': c['lat_ns']['p50'] / 1e3,
                 'mean': c['lat_ns']['mean'] / 1e3,
                 'p90': c['lat_ns']['p90'] / 1e3,
+                'p99': c['lat_ns']['p99'] / 1e3,
                 'polled%': 100 * polled / h,
                 'poll_us/halt': c['poll_ns'] / h / 1e3,
                 'fail_us/halt': c.get('poll_fail_ns', 0) / h / 1e3,
                 'start_us': (c['handler_to_send_ns'] - c['poll_success_ns'] / polled) / 1e3
                 if polled and 'handler_to_send_ns' in c else float('nan'),
             })
-    cols = ['p50', 'mean', 'p90', 'polled%', 'poll_us/halt', 'fail_us/halt', 'start_us']
-    print(f'{"interval":>8} {"poller":<32} {"n":>2} ' + ' '.join(f'{c:>22}' for c in cols))
-    for (iv, p), rs in sorted(rows.items()):
+    # poll_us/halt is also the polling in ms per 1000 halts.
+    cols = ['p50', 'mean', 'p90', 'p99', 'polled%', 'poll_us/halt', 'fail_us/halt', 'start_us']
+    print(f'{"gaps":<46} {"poller":<32} {"n":>2} ' + ' '.join(f'{c:>22}' for c in cols))
+    for (gaps, p), rs in sorted(rows.items()):
         cells = []
         for c in cols:
             v = sorted(r[c] for r in rs)
             cells.append(f'{statistics.median(v):7.1f} [{v[0]:6.1f},{v[-1]:6.1f}]')
-        print(f'{iv/1e3:8.0f} {p:<32} {len(rs):>2} ' + ' '.join(f'{c:>22}' for c in cells))
+        print(f'{gaps:<46} {p:<32} {len(rs):>2} ' + ' '.join(f'{c:>22}' for c in cells))
 
 
 if __name__ == '__main__':

@@ -6,6 +6,7 @@
 //! - [`wake`]: wake latency of a halted vCPU by irqfd/MSI or x2APIC IPI, swept over KVM's
 //!   per-VM halt-poll window, with KVM's own statistics ([`stats`]).
 //!
+//! - [`gaps`]: the wake gap distributions (`const`, `exp`, `bimodal`) the senders draw from.
 //! - [`exits`]: per-exit costs, written as a [`costs::CostsFile`] for the simulator.
 //! - [`userhalt`]: vmirq wait policies on the userspace HLT path against KVM halt polling.
 //! - [`device`]: a moderated virtual device (guest driver, VMM device thread, irqfd under a
@@ -18,6 +19,7 @@ pub mod device;
 pub mod dist;
 pub mod error;
 pub mod exits;
+pub mod gaps;
 pub mod guest;
 pub mod host;
 pub mod layout;

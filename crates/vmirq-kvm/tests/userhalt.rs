@@ -4,16 +4,22 @@
 mod common;
 
 use std::time::Duration;
+use vmirq_kvm::gaps::Gaps;
 use vmirq_kvm::host::TscClock;
-use vmirq_kvm::userhalt::{parse_wait, run_halt_cell, Poller};
+use vmirq_kvm::userhalt::{parse_wait, run_halt_cell, HaltCell, Poller};
 use vmirq_kvm::wake::Placement;
 
-fn run(spec: &str) -> vmirq_kvm::userhalt::HaltCell {
+fn run_gaps(spec: &str, gaps: Gaps, (warmup, samples): (u32, u32)) -> HaltCell {
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let poller = Poller::User(parse_wait(spec).expect("valid spec"));
-    let c = run_halt_cell(poller, 50_000, Placement::Other, (10, 80), clock).expect("cell runs");
+    let c =
+        run_halt_cell(poller, gaps, Placement::Other, (warmup, samples), clock).expect("cell runs");
     eprintln!("{c:?}");
     c
+}
+
+fn run(spec: &str) -> HaltCell {
+    run_gaps(spec, Gaps::constant_ns(50_000), (10, 80))
 }
 
 #[test]
@@ -88,4 +94,70 @@ fn adaptive_policies_run_on_the_halt_path() {
             c.max_window_ns
         );
     }
+}
+
+/// 70 % of gaps 20 µs, 30 % 1000 µs: a window between the two catches the short ones only,
+/// and a policy that learns the gaps need not poll through the long ones.
+#[test]
+fn bimodal_gaps_a_window_between_the_modes_catches_the_short_share() {
+    let Some(_serial) = common::kvm_or_skip("bimodal_gaps_a_window_between_the_modes") else {
+        return;
+    };
+    let gaps = Gaps {
+        spec: "bimodal:short_us=20,long_us=1000,short_pct=70"
+            .parse()
+            .expect("valid gap spec"),
+        seed: 11,
+    };
+    let (warmup, samples) = (40u32, 200u32);
+    // The halts of the measured phase are the gaps of sends warmup..warmup+samples.
+    let mut draws = gaps.draws();
+    let short = (0..warmup + samples)
+        .map(|_| draws.next_ns())
+        .skip(warmup as usize)
+        .filter(|&g| g == 20_000)
+        .count() as u64;
+    assert!(
+        (110..=170).contains(&short),
+        "seed 11 draws {short} short gaps"
+    );
+
+    let fixed = run_gaps("fixed:ns=65536", gaps, (warmup, samples));
+    assert_eq!((fixed.samples, fixed.halts), (200, 200));
+    assert_eq!(fixed.gaps, gaps.spec);
+    assert_eq!(fixed.interval_ns, 314_000, "interval_ns is the mean gap");
+    // A 65 µs poll cannot outlast a 1000 µs gap, and catches a 20 µs one unless the vCPU
+    // thread is preempted (other builds share this 2-CPU host): bounds in counts, loose below.
+    assert!(
+        fixed.polled <= short + 5,
+        "caught {} halts with {short} short gaps",
+        fixed.polled
+    );
+    assert!(
+        fixed.polled >= short / 2,
+        "caught only {} of {short} short gaps",
+        fixed.polled
+    );
+
+    let wide = run_gaps("fixed:ns=200000", gaps, (warmup, samples));
+    let hist = run_gaps("histogram:max_ns=200000", gaps, (warmup, samples));
+    assert_eq!(hist.halts, 200);
+    // fixed 200 µs polls the full window before each of ~60 long gaps (~12 ms); histogram
+    // learns a window just above the short gaps (~13 µs of polling per short one, ~2 ms).
+    assert!(
+        hist.max_window_ns < 200_000,
+        "histogram never needs the full window here: {}",
+        hist.max_window_ns
+    );
+    assert!(
+        hist.poll_ns < wide.poll_ns,
+        "histogram polled {} ns, fixed 200 us {} ns",
+        hist.poll_ns,
+        wide.poll_ns
+    );
+    assert!(
+        hist.polled >= short / 2,
+        "histogram caught only {} of {short} short gaps",
+        hist.polled
+    );
 }

@@ -4,6 +4,7 @@
 mod common;
 
 use std::time::Duration;
+use vmirq_kvm::gaps::Gaps;
 use vmirq_kvm::guest::wake::Idle;
 use vmirq_kvm::host::TscClock;
 use vmirq_kvm::wake::{run_cell, CellConfig, Path, Placement};
@@ -13,7 +14,7 @@ fn cell(path: Path, halt_poll_ns: u64) -> CellConfig {
         path,
         halt_poll_ns,
         placement: Placement::Other,
-        interval_ns: 50_000,
+        gaps: Gaps::constant_ns(50_000),
         samples: 60,
         warmup: 10,
         idle: Idle::Halt,

@@ -8,6 +8,7 @@ pub use report::{html, table};
 use crate::costs::{Costs, CostsFile};
 use crate::dist::Summary;
 use crate::error::{Error, Result};
+use crate::gaps::Gaps;
 use crate::guest::exits::{program, ExitOp};
 use crate::guest::wake::Idle;
 use crate::host::{pin_to, TscClock};
@@ -153,7 +154,7 @@ fn wake_cells(samples: u32, clock: TscClock) -> Result<Vec<(String, Cell)>> {
         path: Path::Irqfd,
         halt_poll_ns: 0,
         placement: Placement::Other,
-        interval_ns: 100_000,
+        gaps: Gaps::constant_ns(100_000),
         samples,
         warmup: samples / 5 + 5,
         idle: Idle::Halt,
@@ -164,7 +165,7 @@ fn wake_cells(samples: u32, clock: TscClock) -> Result<Vec<(String, Cell)>> {
             "hlt_wakeup_polling",
             CellConfig {
                 halt_poll_ns: 200_000,
-                interval_ns: 50_000,
+                gaps: Gaps::constant_ns(50_000),
                 ..base
             },
         ),

@@ -1,8 +1,8 @@
 //! `vmirq kvm halt`: the userspace halt path. Without an in-kernel irqchip every HLT exits to
 //! the VMM, which runs one of vmirq's wait policies ([`vmirq_policy::wait`]): poll a pending
 //! flag for the window the policy grants, then block; the interrupt goes in with
-//! `KVM_INTERRUPT`. The same workload (a host thread waking the halted vCPU every
-//! `interval_ns`) also runs with KVM's in-kernel halt polling for comparison, including the
+//! `KVM_INTERRUPT`. The same workload (a host thread waking the halted vCPU after gaps drawn
+//! from a [`Gaps`] distribution, the same seeded sequence for every poller) also runs with KVM's in-kernel halt polling for comparison, including the
 //! CPU time each spends polling.
 //!
 //! Both sides are counted over the same measured wakes: KVM's stats fd for kernel cells, the
@@ -17,6 +17,7 @@ pub use report::{html, table};
 
 use crate::dist::Summary;
 use crate::error::{Error, Result};
+use crate::gaps::{GapSpec, Gaps};
 use crate::guest::wake::{program, Idle, WakeGuest};
 use crate::host::{online_cpus, pin_to, rdtsc, tight_timer_slack, TscClock};
 use crate::layout::mailbox;
@@ -43,8 +44,12 @@ pub enum Poller {
 pub struct HaltCell {
     /// `kernel:halt_poll_ns=N` or `user:<wait spec>`.
     pub poller: String,
-    /// Wake interval.
+    /// Wake interval: the mean gap of `gaps` (the constant gap for `const`).
     pub interval_ns: u64,
+    /// Gap distribution, as a spec (`const:us=30`, `exp:mean_us=80`, `bimodal:...`).
+    pub gaps: GapSpec,
+    /// Seed of the gap draws.
+    pub seed: u64,
     /// Placement of the injector.
     pub placement: Placement,
     /// Latencies measured.
@@ -101,7 +106,7 @@ impl HaltCell {
 /// [`Error::Unavailable`] without KVM; guest or timeout errors.
 pub fn run_halt_cell(
     poller: Poller,
-    interval_ns: u64,
+    gaps: Gaps,
     placement: Placement,
     (warmup, samples): (u32, u32),
     clock: TscClock,
@@ -112,7 +117,7 @@ pub fn run_halt_cell(
                 path: Path::Irqfd,
                 halt_poll_ns: ns,
                 placement,
-                interval_ns,
+                gaps,
                 samples,
                 warmup,
                 idle: Idle::Halt,
@@ -120,7 +125,9 @@ pub fn run_halt_cell(
             let c = run_cell(&cfg, clock)?;
             Ok(HaltCell {
                 poller: format!("kernel:halt_poll_ns={ns}"),
-                interval_ns,
+                interval_ns: gaps.spec.mean_ns(),
+                gaps: gaps.spec,
+                seed: gaps.seed,
                 placement,
                 samples: c.samples,
                 lat_ns: c.lat_ns,
@@ -136,13 +143,13 @@ pub fn run_halt_cell(
                 max_overrun_ns: 0,
             })
         }
-        Poller::User(spec) => run_user(spec, interval_ns, placement, (warmup, samples), clock),
+        Poller::User(spec) => run_user(spec, gaps, placement, (warmup, samples), clock),
     }
 }
 
 fn run_user(
     spec: WaitSpec,
-    interval_ns: u64,
+    gaps: Gaps,
     placement: Placement,
     (warmup, samples): (u32, u32),
     clock: TscClock,
@@ -185,7 +192,7 @@ fn run_user(
                 clock,
                 Some(&bell.counters),
                 pace,
-                interval_ns,
+                gaps,
                 (warmup, samples),
             );
             s.spawn(|| -> Result<Collector<'_>> {
@@ -219,7 +226,9 @@ fn run_user(
     let mut lats = col.lats_ns;
     Ok(HaltCell {
         poller: format!("user:{spec}"),
-        interval_ns,
+        interval_ns: gaps.spec.mean_ns(),
+        gaps: gaps.spec,
+        seed: gaps.seed,
         placement,
         samples: lats.len() as u64,
         lat_ns: Summary::of(&mut lats),
@@ -282,6 +291,8 @@ mod tests {
         HaltCell {
             poller: "user:never".into(),
             interval_ns: 30_000,
+            gaps: GapSpec::Const { us: 30 },
+            seed: 0,
             placement: Placement::Other,
             samples: 4,
             lat_ns: Summary::default(),

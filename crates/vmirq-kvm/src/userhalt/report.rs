@@ -1,16 +1,19 @@
 //! Table and HTML of `vmirq kvm halt`.
 
 use super::HaltCell;
+use crate::gaps::GapSpec;
 use crate::report::html::Page;
 use crate::report::svg::{bar_chart, Series};
 use crate::report::{pct, us, Table};
 
 /// One row per cell. Halts and polling are counted over the measured phase; `start_us` is
-/// the estimated delay from a wake's handler to the next poll's start.
+/// the estimated delay from a wake's handler to the next poll's start; `intv_us` is the mean
+/// gap of the `gaps` distribution.
 #[must_use]
 pub fn table(cells: &[HaltCell]) -> Table {
     let mut t = Table::new(&[
         "poller",
+        "gaps",
         "intv_us",
         "place",
         "n",
@@ -29,6 +32,7 @@ pub fn table(cells: &[HaltCell]) -> Table {
     for c in cells {
         t.row(vec![
             c.poller.clone(),
+            c.gaps.to_string(),
             us(c.interval_ns),
             format!("{:?}", c.placement).to_lowercase(),
             c.samples.to_string(),
@@ -58,10 +62,10 @@ pub fn html(cells: &[HaltCell]) -> String {
          KVM_INTERRUPT) against KVM's in-kernel halt polling on the same workload.",
     );
     page.table(&table(cells));
-    let mut intervals: Vec<u64> = cells.iter().map(|c| c.interval_ns).collect();
-    intervals.dedup();
-    for interval in intervals {
-        let sel: Vec<&HaltCell> = cells.iter().filter(|c| c.interval_ns == interval).collect();
+    let mut workloads: Vec<GapSpec> = cells.iter().map(|c| c.gaps).collect();
+    workloads.dedup();
+    for gaps in workloads {
+        let sel: Vec<&HaltCell> = cells.iter().filter(|c| c.gaps == gaps).collect();
         let cats: Vec<String> = sel
             .iter()
             .map(|c| c.poller.split(':').take(2).collect::<Vec<_>>().join(":"))
@@ -77,7 +81,7 @@ pub fn html(cells: &[HaltCell]) -> String {
             },
         ];
         page.svg(&bar_chart(
-            &format!("wake latency, interval {} us", us(interval)),
+            &format!("wake latency, gaps {gaps}"),
             "us",
             &cats,
             &lat,
@@ -87,7 +91,7 @@ pub fn html(cells: &[HaltCell]) -> String {
             values: sel.iter().map(|c| c.poll_ns as f64 / 1e6).collect(),
         }];
         page.svg(&bar_chart(
-            &format!("time spent polling, interval {} us", us(interval)),
+            &format!("time spent polling, gaps {gaps}"),
             "ms",
             &cats,
             &poll,

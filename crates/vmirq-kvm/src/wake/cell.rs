@@ -118,7 +118,7 @@ fn start_and_measure(
                 clock,
                 stats.map(|s| s as &dyn HaltCounters),
                 pace,
-                cfg.interval_ns,
+                cfg.gaps,
                 (cfg.warmup, cfg.samples),
             );
             match sender {
@@ -213,7 +213,7 @@ fn assemble(cfg: &CellConfig, mut m: Measured, wall_ns: u64, cpu_ns: u64, tsc: T
         path: cfg.path,
         halt_poll_ns: cfg.halt_poll_ns,
         placement: cfg.placement,
-        interval_ns: cfg.interval_ns,
+        interval_ns: cfg.gaps.spec.mean_ns(),
         period_ns: m.period_ns,
         handler_to_send_ns: m.handler_to_send_ns,
         samples,

@@ -1,8 +1,9 @@
-//! The sample collector shared by both wake paths: paces sends at the wake interval, waits
+//! The sample collector shared by both wake paths: paces sends by the wake gaps, waits
 //! (bounded) for the guest handler to acknowledge each interrupt, and turns the timestamps
 //! into latencies, with KVM's stats read around the measured phase.
 
 use crate::error::{Error, Result};
+use crate::gaps::{GapDraws, Gaps};
 use crate::host::{rdtsc, spin_until_tsc, TscClock};
 use crate::layout::mailbox;
 use crate::memory::GuestRam;
@@ -26,7 +27,7 @@ pub(crate) struct Collector<'a> {
     pub(crate) clock: TscClock,
     pub(crate) stats: Option<&'a dyn HaltCounters>,
     pub(crate) pace: Pace,
-    pub(crate) interval_ns: u64,
+    draws: GapDraws,
     pub(crate) warmup: u32,
     pub(crate) total: u32,
     pub(crate) lats_ns: Vec<u64>,
@@ -48,7 +49,7 @@ impl<'a> Collector<'a> {
         clock: TscClock,
         stats: Option<&'a dyn HaltCounters>,
         pace: Pace,
-        interval_ns: u64,
+        gaps: Gaps,
         (warmup, samples): (u32, u32),
     ) -> Self {
         Self {
@@ -56,7 +57,7 @@ impl<'a> Collector<'a> {
             clock,
             stats,
             pace,
-            interval_ns,
+            draws: gaps.draws(),
             warmup,
             total: warmup + samples,
             lats_ns: Vec::with_capacity(samples as usize),
@@ -73,15 +74,16 @@ impl<'a> Collector<'a> {
         }
     }
 
-    /// Wait out the interval since the last acknowledgement; read stats before the first
-    /// measured send.
+    /// Wait out the next gap (one draw per send, warm-up included) since the last
+    /// acknowledgement; read stats before the first measured send.
     pub(crate) fn before_send(&mut self, k: u32) -> Result<()> {
         if k == self.warmup {
             self.stats_begin = self.read_stats()?;
         }
+        let gap_ns = self.draws.next_ns();
         match self.pace {
-            Pace::Spin => spin_until_tsc(self.last_ack_tsc + self.clock.ticks(self.interval_ns)),
-            Pace::Yield => std::thread::sleep(Duration::from_nanos(self.interval_ns)),
+            Pace::Spin => spin_until_tsc(self.last_ack_tsc + self.clock.ticks(gap_ns)),
+            Pace::Yield => std::thread::sleep(Duration::from_nanos(gap_ns)),
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ pub use cell::run_cell;
 pub use report::{html, run_sweep, table, WakeReport};
 
 use crate::dist::Summary;
+use crate::gaps::Gaps;
 use crate::guest::wake::Idle;
 use crate::stats::VcpuStats;
 use serde::{Deserialize, Serialize};
@@ -60,8 +61,8 @@ pub struct CellConfig {
     pub halt_poll_ns: u64,
     /// Sender placement.
     pub placement: Placement,
-    /// Time from one wake being handled to the next send.
-    pub interval_ns: u64,
+    /// Time from one wake being handled to the next send, drawn per send.
+    pub gaps: Gaps,
     /// Measured wakes.
     pub samples: u32,
     /// Unmeasured wakes first (let KVM's adaptive window settle).
@@ -179,7 +180,7 @@ impl Sweep {
                             path,
                             halt_poll_ns,
                             placement,
-                            interval_ns,
+                            gaps: Gaps::constant_ns(interval_ns),
                             samples: self.samples,
                             warmup: self.warmup,
                             idle: Idle::Halt,

@@ -5,6 +5,7 @@ use clap::Subcommand;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use vmirq_kvm::gaps::{GapSpec, Gaps};
 use vmirq_kvm::host::TscClock;
 use vmirq_kvm::report::us;
 use vmirq_kvm::wake::{self, Path, Placement, Sweep};
@@ -89,15 +90,27 @@ struct HaltArgs {
     /// In-kernel halt-poll values to compare against (ns).
     #[arg(long, value_delimiter = ',')]
     kernel_halt_poll_ns: Vec<u64>,
-    /// Wake intervals in microseconds.
-    #[arg(long, value_delimiter = ',')]
+    /// Constant wake intervals in microseconds (each is `--gaps const:us=N`).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     interval_us: Vec<u64>,
+    /// Gap distributions (repeatable): `const:us=N`, `exp:mean_us=M`,
+    /// `bimodal:short_us=S,long_us=L,short_pct=P`. Run after the `--interval-us` ones.
+    #[arg(long = "gaps", value_name = "SPEC", value_parser = parse_gaps)]
+    gaps: Vec<GapSpec>,
+    /// Seed of the gap draws (every cell replays the same sequence).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Injector placement: same, other.
     #[arg(long, default_value = "other", value_parser = parse_placement)]
     placement: Placement,
     /// Measured wakes per cell.
     #[arg(long)]
     samples: Option<u32>,
+}
+
+fn parse_gaps(s: &str) -> Result<GapSpec, String> {
+    s.parse()
+        .map_err(|e: vmirq_kvm::gaps::GapSpecError| e.to_string())
 }
 
 #[derive(Debug, clap::Args)]
@@ -255,31 +268,32 @@ fn run_halt(a: HaltArgs) -> anyhow::Result<ExitCode> {
             pollers.push(Poller::User(userhalt::parse_wait(p)?));
         }
     }
-    let intervals: Vec<u64> = if a.interval_us.is_empty() {
-        if a.out.quick {
-            vec![50_000]
-        } else {
-            vec![30_000, 100_000, 300_000]
-        }
-    } else {
-        a.interval_us.iter().map(|v| v * 1000).collect()
-    };
+    let mut workloads: Vec<GapSpec> = a
+        .interval_us
+        .iter()
+        .map(|&us| GapSpec::Const { us })
+        .chain(a.gaps.iter().copied())
+        .collect();
+    if workloads.is_empty() {
+        let default_us: &[u64] = if a.out.quick { &[50] } else { &[30, 100, 300] };
+        workloads = default_us.iter().map(|&us| GapSpec::Const { us }).collect();
+    }
     let samples = a.samples.unwrap_or(if a.out.quick { 100 } else { 400 });
     let clock = clock();
     let mut cells = Vec::new();
-    for &interval in &intervals {
+    for &spec in &workloads {
         for &poller in &pollers {
             let c = userhalt::run_halt_cell(
                 poller,
-                interval,
+                Gaps { spec, seed: a.seed },
                 a.placement,
                 (samples / 5, samples),
                 clock,
             )?;
             eprintln!(
-                "  {} interval {} us: p50 {} us, {} of {} halts polled, {} ms polling",
+                "  {} gaps {}: p50 {} us, {} of {} halts polled, {} ms polling",
                 c.poller,
-                us(c.interval_ns),
+                c.gaps,
                 us(c.lat_ns.p50),
                 c.polled,
                 c.halts,
