@@ -7,7 +7,12 @@
 //! const:us=30                                   every gap 30 µs (--interval-us 30)
 //! exp:mean_us=80                                exponential, mean 80 µs
 //! bimodal:short_us=20,long_us=1000,short_pct=70 20 µs with 70 % probability, else 1000 µs
+//! phased:short_us=20,long_us=1000,short_n=7000,long_n=3000
+//!                                               7000 gaps of 20 µs, then 3000 of 1000 µs, repeated
 //! ```
+//!
+//! `phased` is the non-stationary case: bursts of short gaps alternating with idle phases of
+//! long ones, so the best window changes over time. It is deterministic (no draws).
 //!
 //! The same syntax and error style as vmirq's policy specs. Draws come from a seeded
 //! SplitMix64 generator ([`Gaps`]), so one `(spec, seed)` gives the same sequence in every
@@ -19,7 +24,9 @@ use std::str::FromStr;
 
 /// Largest gap or mean accepted, µs (1 s). Longer gaps measure nothing a poll could catch.
 pub const GAP_MAX_US: u64 = 1_000_000;
-const KINDS: &str = "const, exp, bimodal";
+const KINDS: &str = "const, exp, bimodal, phased";
+/// Largest block length of `phased`, gaps.
+pub const PHASE_MAX_N: u64 = 10_000_000;
 
 /// Why a gap spec was refused. Messages name the bad kind, key or value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,8 +81,10 @@ pub enum GapSpecError {
         expected: &'static str,
     },
     /// `short_us` is not below `long_us`.
-    #[error("`bimodal`: short_us={short_us} must be below long_us={long_us}")]
+    #[error("`{kind}`: short_us={short_us} must be below long_us={long_us}")]
     ShortNotBelowLong {
+        /// The distribution.
+        kind: &'static str,
         /// The short gap.
         short_us: u64,
         /// The long gap.
@@ -105,6 +114,19 @@ pub enum GapSpec {
         /// Share of short gaps, percent (1 to 99).
         short_pct: u8,
     },
+    /// Phases (`phased:short_us=S,long_us=L,short_n=A,long_n=B`): `short_n` gaps of
+    /// `short_us`, then `long_n` gaps of `long_us`, repeated. Gap `k` (from 0) is short when
+    /// `k mod (short_n + long_n) < short_n`.
+    Phased {
+        /// The gap of the short phase (1 to [`GAP_MAX_US`]).
+        short_us: u64,
+        /// The gap of the long phase (above `short_us`, at most [`GAP_MAX_US`]).
+        long_us: u64,
+        /// Gaps per short phase (1 to [`PHASE_MAX_N`]).
+        short_n: u64,
+        /// Gaps per long phase (1 to [`PHASE_MAX_N`]).
+        long_n: u64,
+    },
 }
 
 impl GapSpec {
@@ -133,6 +155,18 @@ impl GapSpec {
                     .saturating_add(long_us.saturating_mul(100 - p))
                     .saturating_mul(10)
             }
+            Self::Phased {
+                short_us,
+                long_us,
+                short_n,
+                long_n,
+            } => {
+                // Block lengths are at most 1e7 and gaps 1e6 µs: the products fit a u64.
+                let total_us = short_us
+                    .saturating_mul(short_n)
+                    .saturating_add(long_us.saturating_mul(long_n));
+                total_us.saturating_mul(1000) / short_n.saturating_add(long_n).max(1)
+            }
         }
     }
 
@@ -143,6 +177,7 @@ impl GapSpec {
             Self::Const { .. } => "const",
             Self::Exp { .. } => "exp",
             Self::Bimodal { .. } => "bimodal",
+            Self::Phased { .. } => "phased",
         }
     }
 }
@@ -160,6 +195,15 @@ impl fmt::Display for GapSpec {
                 f,
                 "bimodal:short_us={short_us},long_us={long_us},short_pct={short_pct}"
             ),
+            Self::Phased {
+                short_us,
+                long_us,
+                short_n,
+                long_n,
+            } => write!(
+                f,
+                "phased:short_us={short_us},long_us={long_us},short_n={short_n},long_n={long_n}"
+            ),
         }
     }
 }
@@ -175,7 +219,7 @@ struct Params<'a> {
     kind: &'static str,
     keys: &'static [&'static str],
     allowed: &'static str,
-    values: [Option<&'a str>; 3],
+    values: [Option<&'a str>; 4],
 }
 
 impl<'a> Params<'a> {
@@ -189,7 +233,7 @@ impl<'a> Params<'a> {
             kind,
             keys,
             allowed,
-            values: [None; 3],
+            values: [None; 4],
         };
         for param in params.split(',').filter(|s| !s.trim().is_empty()) {
             let (key, value) = param
@@ -244,6 +288,7 @@ impl<'a> Params<'a> {
 }
 
 const US_EXPECTED: &str = "microseconds, 1 to 1000000";
+const N_EXPECTED: &str = "a number of gaps, 1 to 10000000";
 
 impl FromStr for GapSpec {
     type Err = GapSpecError;
@@ -275,12 +320,41 @@ impl FromStr for GapSpec {
                 let long_us = p.int(1, 1, GAP_MAX_US, US_EXPECTED)?;
                 let short_pct = p.int(2, 1, 99, "a percentage, 1 to 99")?;
                 if short_us >= long_us {
-                    return Err(GapSpecError::ShortNotBelowLong { short_us, long_us });
+                    return Err(GapSpecError::ShortNotBelowLong {
+                        kind: "bimodal",
+                        short_us,
+                        long_us,
+                    });
                 }
                 Ok(Self::Bimodal {
                     short_us,
                     long_us,
                     short_pct: u8::try_from(short_pct).unwrap_or(99),
+                })
+            }
+            "phased" => {
+                let p = Params::parse(
+                    "phased",
+                    &["short_us", "long_us", "short_n", "long_n"],
+                    "short_us, long_us, short_n, long_n",
+                    params,
+                )?;
+                let short_us = p.int(0, 1, GAP_MAX_US, US_EXPECTED)?;
+                let long_us = p.int(1, 1, GAP_MAX_US, US_EXPECTED)?;
+                let short_n = p.int(2, 1, PHASE_MAX_N, N_EXPECTED)?;
+                let long_n = p.int(3, 1, PHASE_MAX_N, N_EXPECTED)?;
+                if short_us >= long_us {
+                    return Err(GapSpecError::ShortNotBelowLong {
+                        kind: "phased",
+                        short_us,
+                        long_us,
+                    });
+                }
+                Ok(Self::Phased {
+                    short_us,
+                    long_us,
+                    short_n,
+                    long_n,
                 })
             }
             other => Err(GapSpecError::UnknownKind(other.to_string())),
@@ -293,7 +367,7 @@ impl FromStr for GapSpec {
 pub struct Gaps {
     /// The distribution.
     pub spec: GapSpec,
-    /// Seed of the generator (unused by `const`).
+    /// Seed of the generator (unused by `const` and `phased`).
     pub seed: u64,
 }
 
@@ -313,6 +387,7 @@ impl Gaps {
         GapDraws {
             spec: self.spec,
             state: self.seed,
+            index: 0,
         }
     }
 }
@@ -322,6 +397,8 @@ impl Gaps {
 pub struct GapDraws {
     spec: GapSpec,
     state: u64,
+    /// Gaps drawn so far (the position within `phased` blocks).
+    index: u64,
 }
 
 impl GapDraws {
@@ -350,6 +427,8 @@ impl GapDraws {
 
     /// The next gap, ns. An exponential draw is at most `-ln(2^-53)` ≈ 36.7 × the mean.
     pub fn next_ns(&mut self) -> u64 {
+        let k = self.index;
+        self.index = self.index.wrapping_add(1);
         match self.spec {
             GapSpec::Const { us } => us.saturating_mul(1000),
             GapSpec::Exp { mean_us } => {
@@ -377,6 +456,19 @@ impl GapDraws {
                     long_us.saturating_mul(1000)
                 }
             }
+            GapSpec::Phased {
+                short_us,
+                long_us,
+                short_n,
+                long_n,
+            } => {
+                // Both lengths are at least 1, so the period is never 0.
+                if k % short_n.saturating_add(long_n).max(1) < short_n {
+                    short_us.saturating_mul(1000)
+                } else {
+                    long_us.saturating_mul(1000)
+                }
+            }
         }
     }
 }
@@ -396,6 +488,7 @@ mod tests {
             "const:us=0",
             "exp:mean_us=80",
             "bimodal:short_us=20,long_us=1000,short_pct=70",
+            "phased:short_us=20,long_us=1000,short_n=7000,long_n=3000",
         ] {
             assert_eq!(s.parse::<GapSpec>().expect(s).to_string(), s);
         }
@@ -415,7 +508,7 @@ mod tests {
     fn bad_specs_name_the_bad_key_or_value() {
         assert_eq!(
             err("poisson:mean_us=5"),
-            "unknown gap distribution `poisson`; expected one of: const, exp, bimodal"
+            "unknown gap distribution `poisson`; expected one of: const, exp, bimodal, phased"
         );
         assert_eq!(
             err("exp:mean=5"),
@@ -490,6 +583,16 @@ mod tests {
         };
         assert_eq!(b.mean_ns(), 314_000);
         assert_eq!(Gaps::constant_ns(30_000).spec, GapSpec::Const { us: 30 });
+        // 7000 × 20 µs + 3000 × 1000 µs over 10 000 gaps: the same mean as the bimodal one.
+        let p: GapSpec = "phased:short_us=20,long_us=1000,short_n=7000,long_n=3000"
+            .parse()
+            .expect("valid");
+        assert_eq!(p.mean_ns(), 314_000);
+        // The largest values: no overflow, the mean of the two extremes.
+        let p: GapSpec = "phased:short_us=1,long_us=1000000,short_n=10000000,long_n=10000000"
+            .parse()
+            .expect("valid");
+        assert_eq!(p.mean_ns(), 500_000_500);
     }
 
     fn seq(spec: &str, seed: u64, n: usize) -> Vec<u64> {
@@ -545,5 +648,84 @@ mod tests {
         assert_eq!(short + long, n, "only the two gap lengths");
         // Binomial standard deviation sqrt(n p q) = 145: ±1 % is ~7 of them.
         assert!((69_000..=71_000).contains(&short), "{short}");
+    }
+
+    const PHASED: &str = "phased:short_us=20,long_us=1000,short_n=7000,long_n=3000";
+
+    #[test]
+    fn phased_specs_name_the_bad_key_or_value() {
+        assert_eq!(
+            err("phased:short_us=20,long_us=1000,every=5"),
+            "`phased` has no parameter `every`; allowed: short_us, long_us, short_n, long_n"
+        );
+        assert_eq!(
+            err("phased:short_us=20,long_us=1000,short_n=5"),
+            "`phased` needs parameter `long_n`"
+        );
+        assert_eq!(
+            err("phased:short_us=20,long_us=1000,short_n=5,long_n=5,short_n=6"),
+            "`phased`: parameter `short_n` is given twice"
+        );
+        assert_eq!(
+            err("phased:short_us=1000,long_us=20,short_n=5,long_n=5"),
+            "`phased`: short_us=1000 must be below long_us=20"
+        );
+        assert_eq!(
+            err("phased:short_us=20,long_us=1000001,short_n=5,long_n=5"),
+            "`phased`: `long_us=1000001`: expected microseconds, 1 to 1000000"
+        );
+    }
+
+    #[test]
+    fn phased_block_lengths_of_zero_or_beyond_the_range_are_refused() {
+        let phased = |short_n: &str, long_n: &str| {
+            err(&format!(
+                "phased:short_us=20,long_us=1000,short_n={short_n},long_n={long_n}"
+            ))
+        };
+        let expected =
+            |kv: &str| format!("`phased`: `{kv}`: expected a number of gaps, 1 to 10000000");
+        assert_eq!(phased("0", "3"), expected("short_n=0"));
+        assert_eq!(phased("7", "0"), expected("long_n=0"));
+        assert_eq!(phased("7", "10000001"), expected("long_n=10000001"));
+        assert_eq!(
+            phased("99999999999999999999999", "3"),
+            expected("short_n=99999999999999999999999")
+        );
+        assert_eq!(phased("7", "-1"), expected("long_n=-1"));
+        assert_eq!(phased("", "3"), expected("short_n="));
+        let max = format!("phased:short_us=20,long_us=1000,short_n={PHASE_MAX_N},long_n=1");
+        assert!(max.parse::<GapSpec>().is_ok(), "{max}");
+    }
+
+    #[test]
+    fn phased_gaps_come_in_blocks_whatever_the_seed() {
+        let v = seq("phased:short_us=20,long_us=1000,short_n=3,long_n=2", 1, 12);
+        let (s, l) = (20_000, 1_000_000);
+        assert_eq!(v, [s, s, s, l, l, s, s, s, l, l, s, s]);
+        // No draws: every seed gives the same sequence (the seed is recorded, not used).
+        let a = seq(PHASED, 1, 35_000);
+        assert_eq!(a, seq(PHASED, 2, 35_000));
+        assert_eq!(a, seq(PHASED, u64::MAX, 35_000));
+        // Even blocks are 7000 short gaps, odd ones 3000 long gaps: checked block by block over
+        // three and a half periods (the last block partial).
+        let mut k = 0;
+        for block in 0.. {
+            if k >= a.len() {
+                break;
+            }
+            let (len, gap) = if block % 2 == 0 {
+                (7000, 20_000)
+            } else {
+                (3000, 1_000_000)
+            };
+            let end = (k + len).min(a.len());
+            assert!(
+                a[k..end].iter().all(|&g| g == gap),
+                "block {block} (gaps {k}..{end}) is all {gap} ns"
+            );
+            k = end;
+        }
+        assert_eq!(a.iter().filter(|&&g| g == 20_000).count(), 3 * 7000 + 5000);
     }
 }

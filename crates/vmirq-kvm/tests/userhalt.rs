@@ -161,3 +161,56 @@ fn bimodal_gaps_a_window_between_the_modes_catches_the_short_share() {
         hist.polled
     );
 }
+
+/// A burst of 500 gaps of 20 µs, then an idle phase of 4000 gaps of 1000 µs: `histogram`
+/// polls through the burst and, once the idle phase has outweighed it in its decaying counts,
+/// stops polling; a fixed window keeps polling (and failing) on every idle halt. Checked in
+/// counts: how many polls ran out, how many halts were caught.
+#[test]
+fn phased_gaps_histogram_stops_polling_in_the_idle_phase() {
+    let Some(_serial) = common::kvm_or_skip("phased_gaps_histogram_stops_polling") else {
+        return;
+    };
+    let gaps = Gaps {
+        spec: "phased:short_us=20,long_us=1000,short_n=500,long_n=4000"
+            .parse()
+            .expect("valid gap spec"),
+        seed: 1,
+    };
+    // Measured: gaps 100..4500, i.e. the last 400 of the burst and the whole idle phase.
+    let (warmup, samples) = (100u32, 4400u32);
+    let (short, long) = (400u64, 4000u64);
+
+    let fixed = run_gaps("fixed:ns=32768", gaps, (warmup, samples));
+    assert_eq!((fixed.samples, fixed.halts), (4400, 4400));
+    // A fixed window polls on every halt; every idle-phase poll runs out.
+    assert!(
+        fixed.attempted - fixed.polled >= long,
+        "fixed 32 768 ns: {} of {} polls ran out",
+        fixed.attempted - fixed.polled,
+        fixed.attempted
+    );
+
+    let hist = run_gaps("histogram:max_ns=200000", gaps, (warmup, samples));
+    assert_eq!((hist.samples, hist.halts), (4400, 4400));
+    // Model of the policy: it stops polling after ~1800-2300 idle halts (wake cost 20-40 µs),
+    // so ~2000 polls run out, not 4000. Preemption can only make it miss short gaps.
+    let wasted = hist.attempted - hist.polled;
+    assert!(
+        wasted <= long * 3 / 4,
+        "histogram: {wasted} of {long} idle-phase halts polled in vain"
+    );
+    assert!(
+        hist.polled >= short / 2 && hist.polled <= short + 5,
+        "histogram caught {} halts with {short} short gaps",
+        hist.polled
+    );
+    // Every wasted fixed poll lasts at least its 32 768 ns window (131 ms in all); histogram
+    // polls at most ~2300 × 16 384 ns plus the caught short gaps (~43 ms).
+    assert!(
+        hist.poll_ns < fixed.poll_ns,
+        "histogram polled {} ns, fixed 32 768 ns {} ns",
+        hist.poll_ns,
+        fixed.poll_ns
+    );
+}

@@ -2,8 +2,8 @@
 //! the VMM, which runs one of vmirq's wait policies ([`vmirq_policy::wait`]): poll a pending
 //! flag for the window the policy grants, then block; the interrupt goes in with
 //! `KVM_INTERRUPT`. The same workload (a host thread waking the halted vCPU after gaps drawn
-//! from a [`Gaps`] distribution, the same seeded sequence for every poller) also runs with KVM's in-kernel halt polling for comparison, including the
-//! CPU time each spends polling.
+//! from a [`Gaps`] distribution, the same seeded sequence for every poller) also runs with
+//! KVM's in-kernel halt polling for comparison, including the CPU time each spends polling.
 //!
 //! Both sides are counted over the same measured wakes: KVM's stats fd for kernel cells, the
 //! VMM's [`vcpu::UserCounters`] (same fields) for user cells, read by the collector at the
@@ -58,6 +58,9 @@ pub struct HaltCell {
     pub lat_ns: Summary,
     /// Halts over the measured phase.
     pub halts: u64,
+    /// Halts where a poll started (`halt_attempted_poll`); `attempted - polled` polls ran
+    /// out and were wasted.
+    pub attempted: u64,
     /// Halts caught by polling.
     pub polled: u64,
     /// Total time spent polling over the measured phase, ns: KVM's
@@ -132,6 +135,7 @@ pub fn run_halt_cell(
                 samples: c.samples,
                 lat_ns: c.lat_ns,
                 halts: c.halts,
+                attempted: c.polls_attempted,
                 polled: c.polls_successful,
                 poll_ns: c.poll_ns,
                 poll_success_ns: c.kvm_stats.halt_poll_success_ns,
@@ -233,6 +237,7 @@ fn run_user(
         samples: lats.len() as u64,
         lat_ns: Summary::of(&mut lats),
         halts: s.halt_exits,
+        attempted: s.halt_attempted_poll,
         polled: s.halt_successful_poll,
         poll_ns: s.poll_ns(),
         poll_success_ns: s.halt_poll_success_ns,
@@ -297,6 +302,7 @@ mod tests {
             samples: 4,
             lat_ns: Summary::default(),
             halts: 4,
+            attempted: 4,
             polled,
             poll_ns: success_ns + 1_000,
             poll_success_ns: success_ns,

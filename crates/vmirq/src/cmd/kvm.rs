@@ -94,7 +94,8 @@ struct HaltArgs {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     interval_us: Vec<u64>,
     /// Gap distributions (repeatable): `const:us=N`, `exp:mean_us=M`,
-    /// `bimodal:short_us=S,long_us=L,short_pct=P`. Run after the `--interval-us` ones.
+    /// `bimodal:short_us=S,long_us=L,short_pct=P`, `phased:short_us=S,long_us=L,short_n=A,long_n=B`
+    /// (A gaps of S µs, then B of L µs, repeated). Run after the `--interval-us` ones.
     #[arg(long = "gaps", value_name = "SPEC", value_parser = parse_gaps)]
     gaps: Vec<GapSpec>,
     /// Seed of the gap draws (every cell replays the same sequence).
