@@ -7,6 +7,12 @@
 #
 #   scripts/blk-targets.sh [REPS] [SECONDS]        (defaults 5 and 2)
 #   IMAGE_DIR=/var/tmp scripts/blk-targets.sh      (where the O_DIRECT image is created)
+#   ONLY=qd32 scripts/blk-targets.sh               (only the QD 32 null-disk rows)
+#   LOAD=1 scripts/blk-targets.sh                  (a nice-19 busy loop on each CPU throughout:
+#                                                   the neighbour-load condition)
+#
+# Besides medians, the report gives the QD 32 ratio of each round (vmirq against the peer run
+# just before it), so a median ratio can be told from a few lucky rounds.
 #
 # Needs: qemu-storage-daemon (scripts/setup.sh), python3, a release build (built here).
 set -euo pipefail
@@ -14,15 +20,34 @@ cd "$(dirname "$0")/.."
 reps=${1:-5}
 secs=${2:-2}
 image_dir=${IMAGE_DIR:-/var/tmp}
-cargo build --release -q -p vmirq -p vmirq-blk --example blk_load
+# Two builds: with --example, cargo builds only that example, not the vmirq binary.
+cargo build --release -q -p vmirq --bin vmirq
+cargo build --release -q -p vmirq-blk --example blk_load
 vmirq=$PWD/target/release/vmirq
 load=$PWD/target/release/examples/blk_load
 command -v qemu-storage-daemon >/dev/null || { echo "qemu-storage-daemon not installed (scripts/setup.sh)" >&2; exit 1; }
 work=$(mktemp -d)
 image=$image_dir/vmirq-blk-targets.img
-trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work" "$image"' EXIT
-# Populate the image so O_DIRECT reads hit allocated blocks.
-dd if=/dev/zero of="$image" bs=1M count=1024 conv=notrunc status=none
+only=${ONLY:-all}
+case $only in all | qd32) ;; *) echo "ONLY must be all or qd32, not '$only'" >&2; exit 2 ;; esac
+burners=()
+cleanup() {
+  [ ${#burners[@]} -gt 0 ] && kill "${burners[@]}" 2>/dev/null
+  pkill -P $$ 2>/dev/null || true
+  rm -rf "$work" "$image"
+}
+trap cleanup EXIT
+if [ "$only" = all ]; then
+  # Populate the image so O_DIRECT reads hit allocated blocks.
+  dd if=/dev/zero of="$image" bs=1M count=1024 conv=notrunc status=none
+fi
+if [ "${LOAD:-0}" = 1 ]; then
+  for cpu in 0 1; do
+    taskset -c "$cpu" nice -n 19 bash -c 'while :; do :; done' &
+    burners+=($!)
+  done
+  echo "neighbour load: busy loops at nice 19 on CPUs 0 and 1 (pids ${burners[*]})" >&2
+fi
 
 rt=(chrt -f 10)
 "${rt[@]}" true 2>/dev/null || rt=()
@@ -62,7 +87,7 @@ one() {
   [ -n "$spid" ] && rss=$(awk '/VmHWM/ {print $2}' "/proc/$spid/status" 2>/dev/null || echo 0)
   kill "$pid" ${spid:+"$spid"} 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
-  echo "$label $qd ${rss:-0} $out" >>"$work/results"
+  echo "$label $qd ${rss:-0} $r $out" >>"$work/results"
   echo "$label qd$qd: $out" >&2
 }
 
@@ -72,6 +97,7 @@ for r in $(seq "$reps"); do
   one qsd-iothread-poll 32 -- qsd "$null_dev" poll
   one vmirq-vic 32 -- "$vmirq" serve --null 1G --moderation vic
   one vmirq-vic+kvm 32 -- "$vmirq" serve --null 1G --moderation vic --poll kvm:max_ns=200000
+  [ "$only" = qd32 ] && continue
   one qsd 1 -- qsd "$null_dev"
   one vmirq-none 1 -- "$vmirq" serve --null 1G --moderation none
   one vmirq-vic 1 -- "$vmirq" serve --null 1G --moderation vic
@@ -87,8 +113,9 @@ done
 python3 - "$work/results" <<'PY'
 import json, statistics, sys
 rows = {}
+by_round = {}
 for line in open(sys.argv[1]):
-    label, qd, rss, rest = line.split(" ", 3)
+    label, qd, rss, rnd, rest = line.split(" ", 4)
     try:
         r = json.loads(rest)
     except ValueError:
@@ -96,6 +123,7 @@ for line in open(sys.argv[1]):
         continue
     r["rss_mib"] = int(rss) / 1024
     rows.setdefault((label, int(qd)), []).append(r)
+    by_round.setdefault(int(rnd), {})[(label, int(qd))] = r
 def med(k, key): return statistics.median(x[key] for x in rows[k])
 print(f"{'config':<22}{'QD':>4}{'IOPS median (min..max)':>32}{'notif/IO':>10}{'p50 us':>9}{'p99 us':>9}{'client CPU':>11}{'RSS MiB':>9}")
 for k in rows:
@@ -109,12 +137,23 @@ def ratio(a, b, key):
         return med(a, key) / med(b, key)
     return float("nan")
 print()
+print("QD 32 IOPS ratio per round, vic+kvm against the peers of the same round:")
+for rnd in sorted(by_round):
+    r = by_round[rnd]
+    def rr(a, b):
+        a, b = r.get((a, 32)), r.get((b, 32))
+        return f"{a['iops'] / b['iops']:.2f}x" if a and b else "n/a"
+    print(f"  round {rnd}: vs qsd {rr('vmirq-vic+kvm', 'qsd')}, "
+          f"vs qsd-iothread-poll {rr('vmirq-vic+kvm', 'qsd-iothread-poll')}")
+print()
 print("targets (medians of this run):")
 r = ratio(("vmirq-vic+kvm", 32), ("qsd", 32), "iops")
 print(f"  QD32 vic+kvm IOPS / qsd: {r:.2f}x (>= 1.2); vs qsd with iothread polling: "
       f"{ratio(('vmirq-vic+kvm', 32), ('qsd-iothread-poll', 32), 'iops'):.2f}x; "
       f"notif/IO {med(('vmirq-vic+kvm', 32), 'notif_per_io'):.3f} (<= 0.1)")
 print(f"  QD32 vic (no kick polling) IOPS / qsd: {ratio(('vmirq-vic', 32), ('qsd', 32), 'iops'):.2f}x")
+if ("qsd", 1) not in rows:
+    sys.exit(0)
 print(f"  QD1 none+kvm p50 / qsd p50: {ratio(('vmirq-none+kvm', 1), ('qsd', 1), 'p50_us'):.2f}x; "
       f"vic+kvm: {ratio(('vmirq-vic+kvm', 1), ('qsd', 1), 'p50_us'):.2f}x (<= 0.7)")
 print(f"  QD1 vic / none IOPS: {ratio(('vmirq-vic', 1), ('vmirq-none', 1), 'iops'):.2f}x, "
