@@ -33,6 +33,9 @@ def load(path):
                 'polled': 100 * c['polled'] / h,
                 'ms': c['poll_ns'] / h / 1e3,  # us per halt = ms per 1000 halts
                 'win': c.get('max_window_ns', 0) / 1e3,
+                # Polls that ran out, % of halts (cells from before `attempted`: NaN).
+                'wasted': 100 * (c['attempted'] - c['polled']) / h if 'attempted' in c
+                else float('nan'),
             })
     return rows
 
@@ -42,7 +45,9 @@ def med(rs, k):
 
 
 def fmt(rs, k, d=1):
-    v = sorted(r[k] for r in rs)
+    v = sorted(r[k] for r in rs if r[k] == r[k])  # NaN (not recorded) left out
+    if not v:
+        return '-'
     return f'{statistics.median(v):.{d}f} [{v[0]:.{d}f}, {v[-1]:.{d}f}]'
 
 
@@ -62,8 +67,8 @@ def main():
         hist = rows[(gaps, hist_name)]
         print(f'\n{gaps} ({len(hist)} rounds)')
         print('| poller | p50 us | p99 us | mean us | polled % | polling ms / 1000 halts '
-              '| largest window us |')
-        print('|---|---|---|---|---|---|---|')
+              '| largest window us | polls ran out, % of halts |')
+        print('|---|---|---|---|---|---|---|---|')
         best = best_fixed(rows, gaps, 'p50')
         shown = [hist_name, best, 'user:fixed:ns=200000']
         shown += [p for (g, p) in sorted(rows) if g == gaps and p not in shown]
@@ -71,7 +76,8 @@ def main():
             rs = rows[(gaps, p)]
             tag = ' (best fixed)' if p == best else ''
             print(f'| {p}{tag} | {fmt(rs, "p50")} | {fmt(rs, "p99")} | {fmt(rs, "mean")} | '
-                  f'{fmt(rs, "polled")} | {fmt(rs, "ms", 2)} | {fmt(rs, "win")} |')
+                  f'{fmt(rs, "polled")} | {fmt(rs, "ms", 2)} | {fmt(rs, "win")} | '
+                  f'{fmt(rs, "wasted")} |')
         for by in ('p50', 'mean'):
             b = rows[(gaps, best_fixed(rows, gaps, by))]
             lat = med(hist, by) / med(b, by)
