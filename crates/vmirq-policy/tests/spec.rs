@@ -73,6 +73,8 @@ fn every_wait_policy_parses_and_round_trips() {
         "guest-haltpoll:allow_shrink=off,max_ns=300000",
         "histogram",
         "histogram:max_ns=100000,wake_ns=5000,cpu_pct=50",
+        "histogram:forget=0",
+        "histogram:forget=32",
     ] {
         let parsed = w(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
         assert_eq!(w(&parsed.to_string()), Ok(parsed), "{spec}");
@@ -105,6 +107,10 @@ fn errors_name_the_bad_part_and_the_allowed_ones() {
     assert!(e.contains("only one"), "{e}");
     let e = w("").unwrap_err().to_string();
     assert!(e.contains("never"), "{e}");
+    let e = w("histogram:forget=-1").unwrap_err().to_string();
+    assert!(e.contains("forget=-1") && e.contains("0 (never)"), "{e}");
+    let e = w("histogram:forgets=1").unwrap_err().to_string();
+    assert!(e.contains("max_ns, wake_ns, cpu_pct, forget"), "{e}");
     let e = w("never:x=1").unwrap_err().to_string();
     assert!(e.contains("no parameter"), "{e}");
     let e = m("budget:us=99999999999999999999999")

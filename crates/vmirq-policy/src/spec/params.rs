@@ -156,7 +156,7 @@ const ALLOWED_LISTS: &[(&str, &str)] = &[
         "guest-haltpoll",
         "max_ns, grow, grow_start_ns, shrink, allow_shrink",
     ),
-    ("histogram", "max_ns, wake_ns, cpu_pct"),
+    ("histogram", "max_ns, wake_ns, cpu_pct, forget"),
 ];
 
 /// One parameter value, with what is needed to report it.

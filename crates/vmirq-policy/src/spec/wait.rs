@@ -118,6 +118,7 @@ fn parse_histogram(mut p: Params<'_>) -> Result<HistogramConfig, SpecError> {
         match key {
             "max_ns" => c.max_ns = v.int(0, WINDOW_MAX_NS, WINDOW_EXPECTED)?,
             "wake_ns" => c.wake_ns = v.int(1, WINDOW_MAX_NS, "nanoseconds, 1 to 1000000000")?,
+            "forget" => c.forget = v.u32(0, 1_000_000, "a count of gaps, 0 (never) to 1000000")?,
             _ => c.cpu_pct = v.u32(1, 100, "a percentage, 1 to 100")?,
         }
     }
@@ -169,7 +170,7 @@ impl FromStr for WaitSpec {
             ))?),
             "histogram" => Self::Histogram(parse_histogram(Params::new(
                 "histogram",
-                &["max_ns", "wake_ns", "cpu_pct"],
+                &["max_ns", "wake_ns", "cpu_pct", "forget"],
                 params,
             ))?),
             other => {
@@ -261,6 +262,7 @@ impl fmt::Display for WaitSpec {
                         ("max_ns", c.max_ns, d.max_ns),
                         ("wake_ns", c.wake_ns, d.wake_ns),
                         ("cpu_pct", c.cpu_pct.into(), d.cpu_pct.into()),
+                        ("forget", c.forget.into(), d.forget.into()),
                     ],
                 )?;
             }

@@ -21,8 +21,14 @@
 //! than it was, and the policy would chase that phantom tail with longer windows.
 //!
 //! Counts and sums are halved when the total reaches 1024 so the histogram follows phase
-//! changes. The choice is recomputed every 8 observations (32 buckets, prefix sums: O(32));
-//! `begin` is O(1).
+//! changes. That memory is long (a burst of short gaps outweighs the idle gaps after it for
+//! about two thousand halts), so with `forget = N` a run of `N` surprising gaps in a row also
+//! halves them and recomputes the window at once: gaps the current window does not catch while
+//! it polls, or, while it does not poll, gaps short enough that a poll would have paid for
+//! itself (`gap × cpu_pct < wake_ns × 100`, and under `max_ns`). Halving keeps the shape of
+//! the histogram, so on a stationary mix such runs change nothing; after a phase change each
+//! run gives the new gaps twice the weight of the old ones. The choice is recomputed every 8
+//! observations (32 buckets, prefix sums: O(32)); `begin` is O(1).
 
 use super::{WaitDecision, Waiter, WakeOutcome};
 use crate::Nanos;
@@ -41,6 +47,9 @@ pub struct HistogramConfig {
     pub wake_ns: Nanos,
     /// Value of a nanosecond of polling CPU relative to one of wakeup latency, in percent (1..=100).
     pub cpu_pct: u32,
+    /// Surprising gaps in a row after which the counts are halved (0: never; see the module
+    /// documentation).
+    pub forget: u32,
 }
 
 impl Default for HistogramConfig {
@@ -49,6 +58,7 @@ impl Default for HistogramConfig {
             max_ns: 200_000,
             wake_ns: 30_000,
             cpu_pct: 10,
+            forget: 8,
         }
     }
 }
@@ -65,6 +75,8 @@ pub struct Histogram {
     window: Nanos,
     start: Nanos,
     since_recompute: u8,
+    /// Surprising gaps in a row (see `forget`).
+    surprises: u32,
 }
 
 fn bucket_of(gap: Nanos) -> usize {
@@ -87,6 +99,7 @@ impl Histogram {
             window: 0,
             start: 0,
             since_recompute: 0,
+            surprises: 0,
         }
     }
 
@@ -102,12 +115,46 @@ impl Histogram {
         self.sums[k] = self.sums[k].saturating_add(gap);
         self.total += 1;
         if self.total >= DECAY_AT {
-            self.total = 0;
-            for (b, sum) in self.buckets.iter_mut().zip(&mut self.sums) {
-                *b /= 2;
-                *sum /= 2;
-                self.total += *b;
-            }
+            self.halve();
+        }
+    }
+
+    fn halve(&mut self) {
+        self.total = 0;
+        for (b, sum) in self.buckets.iter_mut().zip(&mut self.sums) {
+            *b /= 2;
+            *sum /= 2;
+            self.total += *b;
+        }
+    }
+
+    /// Whether `gap` disagrees with the current window: a poll that ran out, or a sleep where
+    /// polling would have paid for itself.
+    fn surprising(&self, gap: Nanos) -> bool {
+        if self.window > 0 {
+            gap >= self.window
+        } else {
+            gap < self.cfg.max_ns
+                && gap.saturating_mul(u64::from(self.cfg.cpu_pct))
+                    < self.wake_ns.saturating_mul(100)
+        }
+    }
+
+    /// Count a run of surprising gaps; at `forget` of them, halve the counts and make the
+    /// next `end` recompute the window.
+    fn note_surprise(&mut self, gap: Nanos) {
+        if self.cfg.forget == 0 {
+            return;
+        }
+        if !self.surprising(gap) {
+            self.surprises = 0;
+            return;
+        }
+        self.surprises += 1;
+        if self.surprises >= self.cfg.forget {
+            self.surprises = 0;
+            self.halve();
+            self.since_recompute = RECOMPUTE_EVERY;
         }
     }
 
@@ -159,14 +206,19 @@ impl Waiter for Histogram {
 
     fn end(&mut self, now: Nanos, outcome: WakeOutcome) {
         let resumed = now.saturating_sub(self.start);
-        if outcome.slept {
-            // The event came `wake_cost_ns` before the waiter ran again (0 when unknown).
-            self.record(resumed.saturating_sub(outcome.wake_cost_ns));
-            self.learn_wake_cost(outcome.wake_cost_ns);
+        // After a sleep the event came `wake_cost_ns` before the waiter ran again (0 when
+        // unknown).
+        let gap = if outcome.slept {
+            resumed.saturating_sub(outcome.wake_cost_ns)
         } else {
-            self.record(resumed);
+            resumed
+        };
+        self.note_surprise(gap);
+        self.record(gap);
+        if outcome.slept {
+            self.learn_wake_cost(outcome.wake_cost_ns);
         }
-        self.since_recompute += 1;
+        self.since_recompute = self.since_recompute.saturating_add(1);
         if self.since_recompute >= RECOMPUTE_EVERY {
             self.since_recompute = 0;
             self.window = self.choose();
@@ -295,6 +347,70 @@ mod tests {
         });
         feed(&mut h, &[25_000], 64);
         assert_eq!(h.window_ns(), 0);
+    }
+
+    fn forgetful(forget: u32) -> Histogram {
+        Histogram::new(HistogramConfig {
+            forget,
+            ..HistogramConfig::default()
+        })
+    }
+
+    /// Halts of `gap` fed one at a time until the window satisfies `done` (at most `limit`).
+    fn halts_until(h: &mut Histogram, gap: Nanos, limit: usize, done: fn(Nanos) -> bool) -> usize {
+        for n in 0..limit {
+            if done(h.window_ns()) {
+                return n;
+            }
+            feed(h, &[gap], 1);
+        }
+        limit
+    }
+
+    #[test]
+    fn forget_stops_polling_soon_after_a_burst_ends() {
+        // A burst of 4000 gaps of 20 µs, then idle gaps of 1 ms (past the window's reach).
+        let mut plain = forgetful(0);
+        let mut quick = forgetful(8);
+        for h in [&mut plain, &mut quick] {
+            feed(h, &[20_000], 4000);
+            assert_eq!(h.window_ns(), 32_768);
+        }
+        let idle = |w: Nanos| w == 0;
+        // The decaying counts alone take well over a thousand idle halts to let go ...
+        assert!(halts_until(&mut plain, 1_000_000, 5000, idle) > 1000);
+        // ... runs of 8 wasted polls halve them each time: about ten runs.
+        let n = halts_until(&mut quick, 1_000_000, 5000, idle);
+        assert!(n <= 120, "still polling after {n} idle halts");
+    }
+
+    #[test]
+    fn forget_resumes_polling_soon_after_a_burst_starts() {
+        let mut plain = forgetful(0);
+        let mut quick = forgetful(8);
+        for h in [&mut plain, &mut quick] {
+            feed(h, &[1_000_000], 4000);
+            assert_eq!(h.window_ns(), 0);
+        }
+        let polling = |w: Nanos| w == 32_768;
+        let slow = halts_until(&mut plain, 20_000, 5000, polling);
+        let n = halts_until(&mut quick, 20_000, 5000, polling);
+        assert!(n <= 40, "not polling after {n} short gaps");
+        assert!(n < slow, "forget {n} halts, plain {slow}");
+    }
+
+    #[test]
+    fn forget_leaves_a_stationary_mix_alone() {
+        // 7 short gaps, then 8 long ones: every cycle ends with a full run of surprises (the
+        // counts are halved), yet the mix, and so the window, stays the same.
+        let mut h = forgetful(8);
+        let mut cycle = [20_000; 15];
+        cycle[7..].fill(10_000_000);
+        feed(&mut h, &cycle, 8);
+        for _ in 0..200 {
+            feed(&mut h, &cycle, 1);
+            assert_eq!(h.window_ns(), 32_768);
+        }
     }
 
     #[test]
