@@ -4,6 +4,8 @@
 # (crates/vmirq-blk/examples/blk_load.rs, interrupt-mode client), server pinned to CPU 1 and
 # client to CPU 0, both SCHED_FIFO when permitted. Configurations are interleaved, REPS rounds;
 # the report gives median (min..max) per configuration and ratios against the peer's median.
+# `sleeps/IO` is the client's voluntary context switches per I/O (real blocking waits, each a
+# cross-CPU wakeup), as opposed to notifications, which may reach a client that is still running.
 #
 #   scripts/blk-targets.sh [REPS] [SECONDS]        (defaults 5 and 2)
 #   IMAGE_DIR=/var/tmp scripts/blk-targets.sh      (where the O_DIRECT image is created)
@@ -125,12 +127,12 @@ for line in open(sys.argv[1]):
     rows.setdefault((label, int(qd)), []).append(r)
     by_round.setdefault(int(rnd), {})[(label, int(qd))] = r
 def med(k, key): return statistics.median(x[key] for x in rows[k])
-print(f"{'config':<22}{'QD':>4}{'IOPS median (min..max)':>32}{'notif/IO':>10}{'p50 us':>9}{'p99 us':>9}{'client CPU':>11}{'RSS MiB':>9}")
+print(f"{'config':<22}{'QD':>4}{'IOPS median (min..max)':>32}{'notif/IO':>10}{'sleeps/IO':>10}{'p50 us':>9}{'p99 us':>9}{'client CPU':>11}{'RSS MiB':>9}")
 for k in rows:
     v = rows[k]
     iops = [x["iops"] for x in v]
     print(f"{k[0]:<22}{k[1]:>4}{statistics.median(iops):>14.0f} ({min(iops):.0f}..{max(iops):.0f})"
-          f"{med(k,'notif_per_io'):>10.3f}{med(k,'p50_us'):>9.1f}{med(k,'p99_us'):>9.1f}"
+          f"{med(k,'notif_per_io'):>10.3f}{med(k,'sleeps_per_io'):>10.3f}{med(k,'p50_us'):>9.1f}{med(k,'p99_us'):>9.1f}"
           f"{med(k,'client_cpu_pct'):>10.0f}%{max(x['rss_mib'] for x in v):>9.1f}")
 def ratio(a, b, key):
     if a in rows and b in rows:

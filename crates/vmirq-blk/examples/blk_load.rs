@@ -1,7 +1,9 @@
 //! A small libblkio load generator for comparing vhost-user-blk backends (vmirq serve,
 //! qemu-storage-daemon) on the same machine: 4 KiB random reads (or writes) at a fixed
 //! queue depth for a fixed time, interrupt-mode completions, notifications counted from the
-//! completion eventfd. Prints one JSON line.
+//! completion eventfd. Prints one JSON line: `wakeups` counts eventfd reads (a signal may
+//! arrive while the client is still running), `sleeps` the client thread's voluntary context
+//! switches (it really blocked: each costs a cross-CPU wakeup).
 //!
 //! `cargo run --release --example blk_load -- SOCKET QD SECONDS [read|write]`
 #![allow(missing_docs)]
@@ -59,6 +61,7 @@ fn main() {
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(secs);
     let mut cpu0 = cpu_time();
+    let sleeps0 = voluntary_switches();
     let mut inflight = qd;
     while inflight > 0 {
         let n = q.do_io(&mut comps, 0, None, None).expect("do_io");
@@ -96,6 +99,7 @@ fn main() {
     }
     let elapsed = start.elapsed().as_secs_f64();
     cpu0 = cpu_time() - cpu0;
+    let sleeps = voluntary_switches().saturating_sub(sleeps0);
     lat_ns.sort_unstable();
     let pct = |p: usize| {
         lat_ns
@@ -104,13 +108,23 @@ fn main() {
             .unwrap_or(0)
     };
     println!(
-        "{{\"qd\":{qd},\"ios\":{ios},\"iops\":{:.0},\"notifications\":{notifications},\"notif_per_io\":{:.4},\"wakeups\":{wakeups},\"p50_us\":{:.2},\"p99_us\":{:.2},\"client_cpu_pct\":{:.1}}}",
+        "{{\"qd\":{qd},\"ios\":{ios},\"iops\":{:.0},\"notifications\":{notifications},\"notif_per_io\":{:.4},\"wakeups\":{wakeups},\"sleeps\":{sleeps},\"sleeps_per_io\":{:.4},\"p50_us\":{:.2},\"p99_us\":{:.2},\"client_cpu_pct\":{:.1}}}",
         ios as f64 / elapsed,
         notifications as f64 / ios.max(1) as f64,
+        sleeps as f64 / ios.max(1) as f64,
         pct(50) as f64 / 1000.0,
         pct(99) as f64 / 1000.0,
         cpu0 / elapsed * 100.0
     );
+}
+
+/// Voluntary context switches of this thread (the client runs on the main thread).
+fn voluntary_switches() -> u64 {
+    // SAFETY: getrusage fills the zeroed struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    u64::try_from(ru.ru_nvcsw).unwrap_or(0)
 }
 
 fn cpu_time() -> f64 {
