@@ -385,6 +385,8 @@ pub struct DeviceOpts {
     pub poll: vmirq_policy::spec::WaitSpec,
     /// Engine bound on batches per event (small values exercise the resume-by-timer path).
     pub max_batches_per_event: usize,
+    /// Logical block size of the disk (512, or 4096 as for a 4Kn device).
+    pub block_size: u64,
 }
 
 impl Default for DeviceOpts {
@@ -397,6 +399,7 @@ impl Default for DeviceOpts {
             moderation: vmirq_policy::spec::ModerationSpec::None,
             poll: vmirq_policy::spec::WaitSpec::Never,
             max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
+            block_size: 512,
         }
     }
 }
@@ -441,6 +444,7 @@ impl TestDevice {
             discard: !o.read_only,
             write_zeroes: !o.read_only,
             max_data_bytes: crate::server::MAX_REQUEST_BYTES,
+            block_size: o.block_size,
         };
         let parts = crate::engine::EngineParts {
             index: 0,

@@ -31,6 +31,9 @@ pub struct DiskGeometry {
     pub write_zeroes: bool,
     /// Largest payload of one request in bytes.
     pub max_data_bytes: u32,
+    /// Logical block size in bytes (a power of two, at least 512): offsets and lengths of
+    /// reads, writes, discards and write-zeroes must be multiples of it.
+    pub block_size: u64,
 }
 
 /// A request type the device implements.
@@ -111,6 +114,9 @@ pub enum ParseError {
     /// The sector range goes past the end of the disk.
     #[error("sector range past the end of the disk")]
     OutOfRange,
+    /// Offset or length is not a multiple of the disk's logical block size.
+    #[error("request not aligned to the logical block size")]
+    Unaligned,
     /// A write-type request to a read-only disk.
     #[error("write to a read-only disk")]
     ReadOnly,
@@ -308,11 +314,16 @@ fn check_data(body: &Body, mem: &GuestMemoryMmap, disk: &DiskGeometry) -> Result
     Ok(total)
 }
 
-/// Byte range `[sector * 512, + len)` if it lies inside the disk.
+/// Byte range `[sector * 512, + len)` if it lies inside the disk and is made of whole
+/// logical blocks.
 fn disk_range(sector: u64, len: u64, disk: &DiskGeometry) -> Result<u64, ParseError> {
     let offset = sector
         .checked_mul(SECTOR_SIZE)
         .ok_or(ParseError::OutOfRange)?;
+    let block = disk.block_size.max(SECTOR_SIZE);
+    if offset % block != 0 || len % block != 0 {
+        return Err(ParseError::Unaligned);
+    }
     match offset.checked_add(len) {
         Some(end) if end <= disk.capacity_bytes => Ok(offset),
         _ => Err(ParseError::OutOfRange),

@@ -225,6 +225,7 @@ impl Server {
             discard,
             write_zeroes: discard,
             max_data_bytes: MAX_REQUEST_BYTES,
+            block_size: u64::from(self.disk.block_size()),
         };
         let mut engines = Vec::with_capacity(usize::from(c.queues));
         for q in 0..c.queues {
@@ -246,7 +247,7 @@ impl Server {
         let config = BlkConfig {
             capacity_sectors: capacity >> SECTOR_SHIFT,
             seg_max,
-            blk_size: 512,
+            blk_size: self.disk.block_size(),
             num_queues: c.queues,
             max_discard_sectors: if discard { MAX_DISCARD_SECTORS } else { 0 },
             max_write_zeroes_sectors: if discard { MAX_DISCARD_SECTORS } else { 0 },

@@ -419,3 +419,45 @@ fn avail_index_jumping_past_the_queue_size_breaks_the_queue_without_a_flood() {
     );
     assert_eq!(d.counters.snapshot().requests, 0);
 }
+
+/// A disk with 4096-byte logical blocks (a 4Kn device under O_DIRECT): reads, writes and
+/// discards that are not whole blocks get IOERR before they reach storage, and a refused
+/// write leaves the disk untouched.
+#[test]
+fn requests_not_aligned_to_a_4096_byte_block_get_ioerr() {
+    let mut d = TestDevice::new(DeviceOpts {
+        block_size: 4096,
+        ..DeviceOpts::default()
+    });
+    let block = 8 * SECTOR;
+    // Offset of one sector, whole-block length: refused, nothing written.
+    let s = d.guest.submit(req::OUT, 1, &[block], false);
+    d.guest.fill(&s.data[0], 0x44);
+    d.kick();
+    assert_eq!(d.guest.take_used().len(), 1);
+    assert_eq!(d.guest.status(&s), status::IOERR, "write at sector 1");
+    // Aligned offset, one-sector length: refused too.
+    let (s, _) = run_one(&mut d, req::IN, 8, &[SECTOR], true);
+    assert_eq!(d.guest.status(&s), status::IOERR, "512-byte read");
+    let (s, _) = run_one(&mut d, req::OUT, 8, &[SECTOR, SECTOR], false);
+    assert_eq!(d.guest.status(&s), status::IOERR, "1024-byte write");
+    // A discard of one sector.
+    let s = d.guest.submit(req::DISCARD, 0, &[16], false);
+    let mut raw = [0u8; 16];
+    raw[..8].copy_from_slice(&8u64.to_le_bytes());
+    raw[8..12].copy_from_slice(&1u32.to_le_bytes());
+    d.guest.mem_write(s.data[0].addr, &raw);
+    d.kick();
+    d.guest.take_used();
+    assert_eq!(d.guest.status(&s), status::IOERR, "one-sector discard");
+    // Whole blocks work, and the refused write changed nothing.
+    let (w, (_, wlen)) = run_one(&mut d, req::OUT, 16, &[block], false);
+    assert_eq!((d.guest.status(&w), wlen), (status::OK, 1));
+    let (r, (_, rlen)) = run_one(&mut d, req::IN, 0, &[block, block], true);
+    assert_eq!((d.guest.status(&r), rlen), (status::OK, 2 * block + 1));
+    assert!(
+        d.guest.read(&r.data[0]).iter().all(|&b| b == 0),
+        "the refused write reached the disk"
+    );
+    assert!(!d.engine.is_broken());
+}

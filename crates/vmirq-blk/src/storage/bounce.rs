@@ -82,6 +82,35 @@ pub fn needs_bounce(iov: &[libc::iovec], align: usize) -> bool {
         .any(|v| (v.iov_base as usize) % align != 0 || v.iov_len % align != 0)
 }
 
+/// The smallest logical block size at which direct reads of `fd` work (512 or 4096): a read
+/// of one block at offset one block (at offset 0 when the disk holds fewer than two), into a
+/// buffer aligned for any device. A 4Kn block device (or a file on one) refuses 512-byte
+/// offsets and lengths under O_DIRECT with EINVAL.
+///
+/// # Errors
+/// When a direct read fails at every candidate size; the error is the last read's.
+pub fn probe_block_size(fd: RawFd, capacity: u64) -> io::Result<u32> {
+    let mut last = io::Error::from_raw_os_error(libc::EINVAL);
+    for size in CANDIDATES {
+        let len = u64::try_from(size).unwrap_or(u64::MAX);
+        if capacity < len {
+            break;
+        }
+        let offset = if capacity >= 2 * len { len } else { 0 };
+        let mut buf = Bounce::new(size, 4096);
+        let base = buf.iovec().iov_base;
+        let at = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: the bounce buffer holds `size` bytes at `base`; pread writes at most `size`.
+        let n = unsafe { libc::pread(fd, base, size, at) };
+        if n >= 0 {
+            return u32::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        last = io::Error::last_os_error();
+    }
+    Err(last)
+}
+
 /// The smallest buffer alignment at which a direct read of `fd` works (512 or 4096).
 ///
 /// # Errors

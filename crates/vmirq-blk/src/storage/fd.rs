@@ -1,4 +1,5 @@
-//! File-descriptor disks: the RAM disk (a sealed-size memfd) and the raw image file.
+//! File-descriptor disks: the RAM disk (a sealed-size memfd) and the raw image (a regular
+//! file or a block device).
 //!
 //! Both keep their data behind a file descriptor, so every queue can read and write it
 //! concurrently with positional system calls and the kernel does the locking. The RAM disk
@@ -8,7 +9,7 @@
 use super::uring::UringQueue;
 use super::{Disk, Immediate, Io, IoKind, Perform, QueueIo, Result, StorageError};
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Seek, SeekFrom};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
@@ -68,7 +69,7 @@ impl Disk for RamDisk {
     }
 }
 
-/// A raw image file.
+/// A raw image: a regular file or a block device.
 #[derive(Debug)]
 pub struct FileDisk {
     file: Arc<File>,
@@ -76,12 +77,14 @@ pub struct FileDisk {
     path: String,
     /// Buffer alignment direct I/O needs, when opened with O_DIRECT.
     mem_align: Option<usize>,
+    /// Logical block size (4096 for a 4Kn device under O_DIRECT, else 512).
+    block_size: u32,
 }
 
 impl FileDisk {
     /// Open `path` (read-only if `read_only`; with O_DIRECT if `direct`, probing the buffer
-    /// alignment direct reads need). The capacity is the file size rounded down to whole
-    /// sectors.
+    /// alignment and the logical block size direct reads need). The capacity is the file's
+    /// or device's size rounded down to whole blocks.
     ///
     /// # Errors
     /// When the file cannot be opened, is smaller than one sector, or (with `direct`) cannot
@@ -97,14 +100,31 @@ impl FileDisk {
             path: shown.clone(),
             source,
         })?;
-        let len = file
-            .metadata()
+        // The end offset, not the metadata length: a block device's metadata says 0.
+        let len = (&file)
+            .seek(SeekFrom::End(0))
             .map_err(|source| StorageError::Open {
                 path: shown.clone(),
                 source,
-            })?
-            .len();
-        let capacity = super::whole_sectors(len);
+            })?;
+        let mut capacity = super::whole_sectors(len);
+        if capacity == 0 {
+            return Err(StorageError::Empty);
+        }
+        let block_size = if direct {
+            let size =
+                super::bounce::probe_block_size(file.as_raw_fd(), capacity).map_err(|source| {
+                    StorageError::Open {
+                        path: shown.clone(),
+                        source,
+                    }
+                })?;
+            tracing::debug!(path = %shown, size, "O_DIRECT logical block size");
+            size
+        } else {
+            512
+        };
+        capacity -= capacity % u64::from(block_size);
         if capacity == 0 {
             return Err(StorageError::Empty);
         }
@@ -125,6 +145,7 @@ impl FileDisk {
             capacity,
             path: shown,
             mem_align,
+            block_size,
         })
     }
 }
@@ -132,6 +153,9 @@ impl FileDisk {
 impl Disk for FileDisk {
     fn capacity_bytes(&self) -> u64 {
         self.capacity
+    }
+    fn block_size(&self) -> u32 {
+        self.block_size
     }
     fn supports_discard(&self) -> bool {
         true

@@ -90,8 +90,13 @@ impl Io {
 
 /// A disk shared by all queues.
 pub trait Disk: Send + Sync {
-    /// Capacity in bytes (a multiple of 512).
+    /// Capacity in bytes (a multiple of [`Disk::block_size`]).
     fn capacity_bytes(&self) -> u64;
+    /// Logical block size in bytes: every request's offset and length must be a multiple of
+    /// it (512, or 4096 for a 4Kn device opened with O_DIRECT). Advertised as `blk_size`.
+    fn block_size(&self) -> u32 {
+        512
+    }
     /// DISCARD and WRITE_ZEROES are supported.
     fn supports_discard(&self) -> bool;
     /// Open the per-queue I/O context for a queue of `depth` entries.

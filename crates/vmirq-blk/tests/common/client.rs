@@ -70,6 +70,11 @@ impl Client {
         self.blkio.get_u64("capacity").unwrap_or(0)
     }
 
+    /// libblkio's `request-alignment` (from the device's `blk_size`).
+    pub fn request_alignment(&self) -> i32 {
+        self.blkio.get_i32("request-alignment").unwrap_or(0)
+    }
+
     pub fn read_only(&self) -> bool {
         self.blkio.get_bool("read-only").unwrap_or(false)
     }
