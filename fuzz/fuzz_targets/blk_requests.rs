@@ -63,6 +63,8 @@ enum Op {
 struct Input {
     event_idx: bool,
     read_only: bool,
+    /// 4096-byte logical blocks (a 4Kn device) instead of 512.
+    four_k: bool,
     moderation: u8,
     /// Engine batch bound 1..=4 (small bounds exercise the resume-by-timer path).
     max_batches: u8,
@@ -81,6 +83,7 @@ fuzz_target!(|input: Input| {
         read_only: input.read_only,
         moderation,
         max_batches_per_event: usize::from(input.max_batches % 4) + 1,
+        block_size: if input.four_k { 4096 } else { 512 },
         ..DeviceOpts::default()
     };
     let capacity = input.async_storage.map(|c| usize::from(c % 8) + 1);
