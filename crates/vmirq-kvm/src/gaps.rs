@@ -21,6 +21,8 @@
 use serde::{Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
+use vmirq_policy::spec::params::{split_spec, Params as SpecParams, Value};
+use vmirq_policy::spec::SpecError;
 
 /// Largest gap or mean accepted, µs (1 s). Longer gaps measure nothing a poll could catch.
 pub const GAP_MAX_US: u64 = 1_000_000;
@@ -28,38 +30,16 @@ const KINDS: &str = "const, exp, bimodal, phased";
 /// Largest block length of `phased`, gaps.
 pub const PHASE_MAX_N: u64 = 10_000_000;
 
-/// Why a gap spec was refused. Messages name the bad kind, key or value.
+/// Why a gap spec was refused. Messages name the bad kind, key or value; the `key=value`
+/// syntax and its errors are vmirq's spec syntax ([`vmirq_policy::spec::params`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GapSpecError {
     /// Nothing or an unknown distribution was given.
     #[error("unknown gap distribution `{0}`; expected one of: {KINDS}")]
     UnknownKind(String),
-    /// A parameter is not `key=value`.
-    #[error("`{kind}`: parameter `{param}` is not of the form key=value")]
-    NotKeyValue {
-        /// The distribution.
-        kind: &'static str,
-        /// What was given.
-        param: String,
-    },
-    /// The distribution has no such parameter.
-    #[error("`{kind}` has no parameter `{key}`; allowed: {allowed}")]
-    UnknownKey {
-        /// The distribution.
-        kind: &'static str,
-        /// What was given.
-        key: String,
-        /// The allowed keys.
-        allowed: &'static str,
-    },
-    /// A parameter was given twice.
-    #[error("`{kind}`: parameter `{key}` is given twice")]
-    Duplicate {
-        /// The distribution.
-        kind: &'static str,
-        /// The key.
-        key: &'static str,
-    },
+    /// A parameter is malformed, unknown, repeated or out of range.
+    #[error(transparent)]
+    Param(#[from] SpecError),
     /// A required parameter is missing.
     #[error("`{kind}` needs parameter `{key}`")]
     Missing {
@@ -67,18 +47,6 @@ pub enum GapSpecError {
         kind: &'static str,
         /// The key.
         key: &'static str,
-    },
-    /// A value does not parse or is out of range.
-    #[error("`{kind}`: `{key}={value}`: expected {expected}")]
-    BadValue {
-        /// The distribution.
-        kind: &'static str,
-        /// The key.
-        key: &'static str,
-        /// What was given.
-        value: String,
-        /// What is accepted.
-        expected: &'static str,
     },
     /// `short_us` is not below `long_us`.
     #[error("`{kind}`: short_us={short_us} must be below long_us={long_us}")]
@@ -214,43 +182,28 @@ impl Serialize for GapSpec {
     }
 }
 
-/// The keys of one distribution, parsed in any order, each at most once.
+/// The parameters of one distribution, each key at most once, checked in key order.
 struct Params<'a> {
     kind: &'static str,
     keys: &'static [&'static str],
-    allowed: &'static str,
-    values: [Option<&'a str>; 4],
+    values: [Option<Value<'a>>; 4],
 }
 
 impl<'a> Params<'a> {
     fn parse(
         kind: &'static str,
         keys: &'static [&'static str],
-        allowed: &'static str,
-        params: &'a str,
+        params: Option<&'a str>,
     ) -> Result<Self, GapSpecError> {
         let mut p = Self {
             kind,
             keys,
-            allowed,
-            values: [None; 4],
+            values: [None, None, None, None],
         };
-        for param in params.split(',').filter(|s| !s.trim().is_empty()) {
-            let (key, value) = param
-                .split_once('=')
-                .ok_or_else(|| GapSpecError::NotKeyValue {
-                    kind,
-                    param: param.to_string(),
-                })?;
-            let i = keys.iter().position(|k| *k == key.trim()).ok_or_else(|| {
-                GapSpecError::UnknownKey {
-                    kind,
-                    key: key.trim().to_string(),
-                    allowed: p.allowed,
-                }
-            })?;
-            if p.values[i].replace(value.trim()).is_some() {
-                return Err(GapSpecError::Duplicate { kind, key: keys[i] });
+        let mut parser = SpecParams::new(kind, keys, params);
+        while let Some((key, value)) = parser.next_param()? {
+            if let Some(i) = keys.iter().position(|k| *k == key) {
+                p.values[i] = Some(value);
             }
         }
         Ok(p)
@@ -264,26 +217,11 @@ impl<'a> Params<'a> {
         max: u64,
         expected: &'static str,
     ) -> Result<u64, GapSpecError> {
-        let key = self.keys[i];
-        let text = self.values[i].ok_or(GapSpecError::Missing {
+        let value = self.values[i].as_ref().ok_or(GapSpecError::Missing {
             kind: self.kind,
-            key,
+            key: self.keys[i],
         })?;
-        let bad = || GapSpecError::BadValue {
-            kind: self.kind,
-            key,
-            value: text.to_string(),
-            expected,
-        };
-        let digits: String = text.chars().filter(|&c| c != '_').collect();
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
-        let n: u64 = digits.parse().map_err(|_| bad())?;
-        if n < min || n > max {
-            return Err(bad());
-        }
-        Ok(n)
+        Ok(value.int(min, max, expected)?)
     }
 }
 
@@ -294,28 +232,22 @@ impl FromStr for GapSpec {
     type Err = GapSpecError;
 
     fn from_str(s: &str) -> Result<Self, GapSpecError> {
-        let s = s.trim();
-        let (name, params) = s.split_once(':').unwrap_or((s, ""));
-        match name.trim() {
+        let (name, params) = split_spec(s);
+        match name {
             "const" => {
-                let p = Params::parse("const", &["us"], "us", params)?;
+                let p = Params::parse("const", &["us"], params)?;
                 Ok(Self::Const {
                     us: p.int(0, 0, GAP_MAX_US, "microseconds, 0 to 1000000")?,
                 })
             }
             "exp" => {
-                let p = Params::parse("exp", &["mean_us"], "mean_us", params)?;
+                let p = Params::parse("exp", &["mean_us"], params)?;
                 Ok(Self::Exp {
                     mean_us: p.int(0, 1, GAP_MAX_US, US_EXPECTED)?,
                 })
             }
             "bimodal" => {
-                let p = Params::parse(
-                    "bimodal",
-                    &["short_us", "long_us", "short_pct"],
-                    "short_us, long_us, short_pct",
-                    params,
-                )?;
+                let p = Params::parse("bimodal", &["short_us", "long_us", "short_pct"], params)?;
                 let short_us = p.int(0, 1, GAP_MAX_US, US_EXPECTED)?;
                 let long_us = p.int(1, 1, GAP_MAX_US, US_EXPECTED)?;
                 let short_pct = p.int(2, 1, 99, "a percentage, 1 to 99")?;
@@ -336,7 +268,6 @@ impl FromStr for GapSpec {
                 let p = Params::parse(
                     "phased",
                     &["short_us", "long_us", "short_n", "long_n"],
-                    "short_us, long_us, short_n, long_n",
                     params,
                 )?;
                 let short_us = p.int(0, 1, GAP_MAX_US, US_EXPECTED)?;

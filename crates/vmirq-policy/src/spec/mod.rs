@@ -14,11 +14,11 @@
 //! types print back in a canonical form (only the parameters that differ from the defaults).
 
 mod moderation;
-mod params;
+pub mod params;
 mod text;
 mod wait;
 
 pub use moderation::ModerationSpec;
-pub use params::SpecError;
+pub use params::{AllowedKeys, SpecError};
 pub use text::Text;
 pub use wait::WaitSpec;

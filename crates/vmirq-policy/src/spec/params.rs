@@ -1,6 +1,29 @@
 //! Splitting a spec into name and `key=value` parameters, value parsing, and [`SpecError`].
+//!
+//! Public so that other spec-like arguments of vmirq (the KVM harness's gap distributions)
+//! share the syntax, the checks and the error messages instead of parsing on their own.
 
 use super::Text;
+use core::fmt;
+
+/// The keys a spec accepts, printed comma-separated in error messages (`(none)` when empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllowedKeys(pub &'static [&'static str]);
+
+impl fmt::Display for AllowedKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("(none)");
+        }
+        for (i, key) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(key)?;
+        }
+        Ok(())
+    }
+}
 
 /// Why a policy spec was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -39,7 +62,7 @@ pub enum SpecError {
         /// What was given.
         key: Text,
         /// The allowed keys.
-        allowed: &'static str,
+        allowed: AllowedKeys,
     },
     /// A parameter was given twice.
     #[error("`{policy}`: parameter `{key}` is given twice")]
@@ -63,8 +86,9 @@ pub enum SpecError {
     },
 }
 
-/// Iterates a spec's parameters, checking keys against the allowed list and for repeats.
-pub(super) struct Params<'a> {
+/// Iterates a spec's parameters, checking keys against the allowed list and for repeats
+/// (at most 32 keys).
+pub struct Params<'a> {
     policy: &'static str,
     keys: &'static [&'static str],
     rest: Option<&'a str>,
@@ -72,7 +96,10 @@ pub(super) struct Params<'a> {
 }
 
 impl<'a> Params<'a> {
-    pub(super) fn new(
+    /// The parameters `params` (the text after `name:`, if any) of spec `policy`, which
+    /// accepts `keys`.
+    #[must_use]
+    pub fn new(
         policy: &'static str,
         keys: &'static [&'static str],
         params: Option<&'a str>,
@@ -85,15 +112,11 @@ impl<'a> Params<'a> {
         }
     }
 
-    fn allowed(&self) -> &'static str {
-        ALLOWED_LISTS
-            .iter()
-            .find(|(p, _)| *p == self.policy)
-            .map_or("(none)", |(_, a)| a)
-    }
-
     /// The next `(key, value)`, with `key` one of the allowed keys.
-    pub(super) fn next_param(&mut self) -> Result<Option<(&'static str, Value<'a>)>, SpecError> {
+    ///
+    /// # Errors
+    /// A parameter that is not `key=value`, an unknown key, or a key given twice.
+    pub fn next_param(&mut self) -> Result<Option<(&'static str, Value<'a>)>, SpecError> {
         let Some(rest) = self.rest else {
             return Ok(None);
         };
@@ -113,7 +136,7 @@ impl<'a> Params<'a> {
                 .ok_or(SpecError::UnknownKey {
                     policy: self.policy,
                     key: Text::new(key),
-                    allowed: self.allowed(),
+                    allowed: AllowedKeys(self.keys),
                 })?;
         let key = self.keys[index];
         if self.seen & (1 << index) != 0 {
@@ -140,34 +163,17 @@ fn split_param(s: &str) -> Option<usize> {
     s.find(',')
 }
 
-/// The allowed keys per policy, for error messages.
-const ALLOWED_LISTS: &[(&str, &str)] = &[
-    ("none", "(none)"),
-    ("count", "usecs, frames"),
-    ("vic", "cif_low, iops_min, max_delay_us, table"),
-    ("ipi-gap", "gap_us"),
-    ("dim", "variant, mode, dir, latency, share_pct, small_bytes"),
-    ("spdk", "delay_base_us, iops_threshold"),
-    ("budget", "us"),
-    ("never", "(none)"),
-    ("fixed", "ns, us"),
-    ("kvm", "max_ns, grow, grow_start_ns, shrink"),
-    (
-        "guest-haltpoll",
-        "max_ns, grow, grow_start_ns, shrink, allow_shrink",
-    ),
-    ("histogram", "max_ns, wake_ns, cpu_pct, forget"),
-];
-
 /// One parameter value, with what is needed to report it.
-pub(super) struct Value<'a> {
+pub struct Value<'a> {
     pub(super) policy: &'static str,
     pub(super) key: &'static str,
     pub(super) text: &'a str,
 }
 
 impl Value<'_> {
-    pub(super) fn bad(&self, expected: &'static str) -> SpecError {
+    /// The error for this value, which should have been `expected`.
+    #[must_use]
+    pub fn bad(&self, expected: &'static str) -> SpecError {
         SpecError::BadValue {
             policy: self.policy,
             key: self.key,
@@ -177,7 +183,10 @@ impl Value<'_> {
     }
 
     /// An unsigned integer in `[min, max]`, `_` separators allowed.
-    pub(super) fn int(&self, min: u64, max: u64, expected: &'static str) -> Result<u64, SpecError> {
+    ///
+    /// # Errors
+    /// Anything else (sign, other characters, nothing, out of range or of `u64`).
+    pub fn int(&self, min: u64, max: u64, expected: &'static str) -> Result<u64, SpecError> {
         let mut n: u64 = 0;
         let mut digits = 0;
         for c in self.text.chars() {
@@ -197,7 +206,11 @@ impl Value<'_> {
         Ok(n)
     }
 
-    pub(super) fn u32(&self, min: u32, max: u32, expected: &'static str) -> Result<u32, SpecError> {
+    /// Like [`Value::int`], as a `u32`.
+    ///
+    /// # Errors
+    /// As [`Value::int`].
+    pub fn u32(&self, min: u32, max: u32, expected: &'static str) -> Result<u32, SpecError> {
         let n = self.int(u64::from(min), u64::from(max), expected)?;
         u32::try_from(n).map_err(|_| self.bad(expected))
     }
@@ -224,7 +237,8 @@ impl Value<'_> {
 }
 
 /// Split `name[:params]`.
-pub(super) fn split_spec(s: &str) -> (&str, Option<&str>) {
+#[must_use]
+pub fn split_spec(s: &str) -> (&str, Option<&str>) {
     let s = s.trim();
     match s.split_once(':') {
         Some((name, params)) => (name.trim(), Some(params)),
