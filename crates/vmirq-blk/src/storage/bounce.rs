@@ -3,13 +3,14 @@
 //! address and any split of a request across buffers. Such requests go through an aligned
 //! host buffer: writes are copied into it before the I/O, reads copied out after it.
 //!
-//! The memory alignment is probed once when the image is opened (a direct read into a
-//! buffer that is 512-aligned but not 4096-aligned).
+//! The logical block size and the memory alignment are probed once when the image is opened,
+//! with direct reads (one routine, [`direct_read`]): a block at a one-block offset, then a
+//! block into a buffer that is 512-aligned but not 4096-aligned.
 
 use std::io;
 use std::os::fd::RawFd;
 
-/// Alignments tried by [`probe_memory_alignment`], smallest first.
+/// Block sizes and alignments tried by the probes, smallest first.
 const CANDIDATES: [usize; 2] = [512, 4096];
 
 /// A zeroed host buffer of `len` bytes starting at an `align`-aligned address.
@@ -82,6 +83,34 @@ pub fn needs_bounce(iov: &[libc::iovec], align: usize) -> bool {
         .any(|v| (v.iov_base as usize) % align != 0 || v.iov_len % align != 0)
 }
 
+/// One direct read of `len` bytes at `file_offset` into a buffer that starts `mem_offset`
+/// bytes past a 4096-aligned address.
+fn direct_read(fd: RawFd, mem_offset: usize, len: usize, file_offset: u64) -> io::Result<()> {
+    let at = libc::off_t::try_from(file_offset)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = Bounce::new(mem_offset + len, 4096);
+    let base = buf.iovec().iov_base.cast::<u8>();
+    // SAFETY: the bounce buffer holds `mem_offset + len` bytes at `base`, so `base +
+    // mem_offset .. + len` lies inside it; pread writes at most `len` bytes there.
+    let n = unsafe { libc::pread(fd, base.add(mem_offset).cast(), len, at) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The first of [`CANDIDATES`] for which `works` succeeds, or the last failure.
+fn first_working(mut works: impl FnMut(usize) -> io::Result<()>) -> io::Result<usize> {
+    let mut last = io::Error::from_raw_os_error(libc::EINVAL);
+    for c in CANDIDATES {
+        match works(c) {
+            Ok(()) => return Ok(c),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// The smallest logical block size at which direct reads of `fd` work (512 or 4096): a read
 /// of one block at offset one block (at offset 0 when the disk holds fewer than two), into a
 /// buffer aligned for any device. A 4Kn block device (or a file on one) refuses 512-byte
@@ -89,50 +118,26 @@ pub fn needs_bounce(iov: &[libc::iovec], align: usize) -> bool {
 ///
 /// # Errors
 /// When a direct read fails at every candidate size; the error is the last read's.
-pub fn probe_block_size(fd: RawFd, capacity: u64) -> io::Result<u32> {
-    let mut last = io::Error::from_raw_os_error(libc::EINVAL);
-    for size in CANDIDATES {
-        let len = u64::try_from(size).unwrap_or(u64::MAX);
+pub fn probe_block_size(fd: RawFd, capacity: u64) -> io::Result<usize> {
+    first_working(|size| {
+        let len = size as u64;
         if capacity < len {
-            break;
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let offset = if capacity >= 2 * len { len } else { 0 };
-        let mut buf = Bounce::new(size, 4096);
-        let base = buf.iovec().iov_base;
-        let at = libc::off_t::try_from(offset)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: the bounce buffer holds `size` bytes at `base`; pread writes at most `size`.
-        let n = unsafe { libc::pread(fd, base, size, at) };
-        if n >= 0 {
-            return u32::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        last = io::Error::last_os_error();
-    }
-    Err(last)
+        direct_read(fd, 0, size, offset)
+    })
 }
 
-/// The smallest buffer alignment at which a direct read of `fd` works (512 or 4096).
+/// The smallest buffer alignment at which a direct read of one block (`block` bytes, the
+/// probed logical block size) works (512 or 4096): a buffer that is 512-aligned but
+/// deliberately not 4096-aligned, then a 4096-aligned one.
 ///
 /// # Errors
 /// When a direct read fails at every candidate alignment (the file is not readable with
 /// O_DIRECT at all); the error is the last read's.
-pub fn probe_memory_alignment(fd: RawFd, capacity: u64) -> io::Result<usize> {
-    let len = if capacity >= 4096 { 4096 } else { 512 };
-    let mut last = io::Error::from_raw_os_error(libc::EINVAL);
-    for align in CANDIDATES {
-        // Aligned to `align` but, for 512, deliberately not to 4096.
-        let mut buf = Bounce::new(len + 4096, 4096);
-        let base = buf.iovec().iov_base.cast::<u8>();
-        let offset = if align < 4096 { align } else { 0 };
-        // SAFETY: `base + offset .. + len` lies inside the bounce buffer (it holds len + 4096
-        // bytes and offset < 4096); pread writes at most `len` bytes there.
-        let n = unsafe { libc::pread(fd, base.add(offset).cast(), len, 0) };
-        if n >= 0 {
-            return Ok(align);
-        }
-        last = io::Error::last_os_error();
-    }
-    Err(last)
+pub fn probe_memory_alignment(fd: RawFd, block: usize) -> io::Result<usize> {
+    first_working(|align| direct_read(fd, align % 4096, block, 0))
 }
 
 #[cfg(test)]

@@ -111,35 +111,26 @@ impl FileDisk {
         if capacity == 0 {
             return Err(StorageError::Empty);
         }
-        let block_size = if direct {
-            let size =
-                super::bounce::probe_block_size(file.as_raw_fd(), capacity).map_err(|source| {
-                    StorageError::Open {
-                        path: shown.clone(),
-                        source,
-                    }
-                })?;
-            tracing::debug!(path = %shown, size, "O_DIRECT logical block size");
-            size
+        // O_DIRECT: the logical block size (offsets and lengths), then the buffer alignment
+        // a read of one block needs.
+        let (block_size, mem_align) = if direct {
+            let fd = file.as_raw_fd();
+            let probed = super::bounce::probe_block_size(fd, capacity).and_then(|block| {
+                super::bounce::probe_memory_alignment(fd, block).map(|align| (block, align))
+            });
+            let (block, align) = probed.map_err(|source| StorageError::Open {
+                path: shown.clone(),
+                source,
+            })?;
+            tracing::debug!(path = %shown, block, align, "O_DIRECT block size and buffer alignment");
+            (u32::try_from(block).unwrap_or(512), Some(align))
         } else {
-            512
+            (512, None)
         };
         capacity -= capacity % u64::from(block_size);
         if capacity == 0 {
             return Err(StorageError::Empty);
         }
-        let mem_align = if direct {
-            let align = super::bounce::probe_memory_alignment(file.as_raw_fd(), capacity).map_err(
-                |source| StorageError::Open {
-                    path: shown.clone(),
-                    source,
-                },
-            )?;
-            tracing::debug!(path = %shown, align, "O_DIRECT buffer alignment");
-            Some(align)
-        } else {
-            None
-        };
         Ok(Self {
             file: Arc::new(file),
             capacity,
