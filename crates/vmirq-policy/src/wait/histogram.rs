@@ -140,22 +140,20 @@ impl Histogram {
         }
     }
 
-    /// Count a run of surprising gaps; at `forget` of them, halve the counts and make the
-    /// next `end` recompute the window.
-    fn note_surprise(&mut self, gap: Nanos) {
-        if self.cfg.forget == 0 {
-            return;
-        }
-        if !self.surprising(gap) {
+    /// Count a run of surprising gaps; at `forget` of them, halve the counts. Returns whether
+    /// it did (the window is then recomputed at once).
+    fn note_surprise(&mut self, gap: Nanos) -> bool {
+        if self.cfg.forget == 0 || !self.surprising(gap) {
             self.surprises = 0;
-            return;
+            return false;
         }
         self.surprises += 1;
-        if self.surprises >= self.cfg.forget {
-            self.surprises = 0;
-            self.halve();
-            self.since_recompute = RECOMPUTE_EVERY;
+        if self.surprises < self.cfg.forget {
+            return false;
         }
+        self.surprises = 0;
+        self.halve();
+        true
     }
 
     fn learn_wake_cost(&mut self, cost: Nanos) {
@@ -213,13 +211,13 @@ impl Waiter for Histogram {
         } else {
             resumed
         };
-        self.note_surprise(gap);
+        let forgot = self.note_surprise(gap);
         self.record(gap);
         if outcome.slept {
             self.learn_wake_cost(outcome.wake_cost_ns);
         }
-        self.since_recompute = self.since_recompute.saturating_add(1);
-        if self.since_recompute >= RECOMPUTE_EVERY {
+        self.since_recompute += 1;
+        if forgot || self.since_recompute >= RECOMPUTE_EVERY {
             self.since_recompute = 0;
             self.window = self.choose();
         }
