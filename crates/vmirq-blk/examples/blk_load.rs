@@ -118,20 +118,23 @@ fn main() {
     );
 }
 
-/// Voluntary context switches of this thread (the client runs on the main thread).
-fn voluntary_switches() -> u64 {
-    // SAFETY: getrusage fills the zeroed struct.
+/// `getrusage(who)`.
+fn rusage(who: libc::c_int) -> libc::rusage {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    u64::try_from(ru.ru_nvcsw).unwrap_or(0)
+    // SAFETY: `ru` is a valid, writable rusage; `who` is one of the RUSAGE_* constants.
+    unsafe { libc::getrusage(who, &mut ru) };
+    ru
 }
 
+/// Voluntary context switches of this thread (the client runs on the main thread).
+fn voluntary_switches() -> u64 {
+    u64::try_from(rusage(libc::RUSAGE_THREAD).ru_nvcsw).unwrap_or(0)
+}
+
+/// CPU time of the process, seconds.
 fn cpu_time() -> f64 {
-    // SAFETY: getrusage fills the zeroed struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let ru = rusage(libc::RUSAGE_SELF);
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
