@@ -9,7 +9,6 @@ mod common;
 
 use common::client::Client;
 use common::{checksum, pattern, Running};
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use vmirq_blk::DiskSpec;
@@ -18,11 +17,7 @@ const DISK: u64 = 16 << 20;
 const BLOCK: usize = 4096;
 
 fn skip(reason: &str) {
-    // Straight to stderr: the test harness hides `eprintln!` output of passing tests.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED four_k_native_block_device_under_o_direct: {reason}"
-    );
+    common::skip("four_k_native_block_device_under_o_direct", reason);
 }
 
 /// A loop device over a file, detached on drop.

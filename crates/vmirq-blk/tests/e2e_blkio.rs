@@ -435,7 +435,10 @@ fn image_with_o_direct_round_trips_data() {
             .open(&path)
     };
     if let Err(e) = probe {
-        eprintln!("SKIPPED image_with_o_direct_round_trips_data: O_DIRECT unsupported here ({e})");
+        common::skip(
+            "image_with_o_direct_round_trips_data",
+            &format!("O_DIRECT unsupported here ({e})"),
+        );
         return;
     }
     let srv = Running::start(DiskSpec::Image { path, direct: true }, |_| {});

@@ -49,6 +49,14 @@ impl Running {
     }
 }
 
+/// Report a test that cannot run here. Straight to stderr: the test harness hides
+/// `eprintln!` output of passing tests, which would make the skip silent.
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
+    // Nothing useful can be done if stderr itself fails.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {reason}");
+}
+
 /// Deterministic test pattern for block `i` of a run seeded by `seed`.
 pub fn pattern(seed: u64, i: u64, out: &mut [u8]) {
     let mut x = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
