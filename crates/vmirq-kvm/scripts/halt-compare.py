@@ -43,7 +43,9 @@ def main():
     summarise(out)
 
 
-def summarise(path, binary=None):
+def load_rows(path, binary=None):
+    """Cells of the rounds in `path` as {(gaps, poller): [per-round metrics]} (also used by
+    halt-target.py)."""
     rows = {}
     for line in open(path):
         rec = json.loads(line)
@@ -60,11 +62,21 @@ def summarise(path, binary=None):
                 'p90': c['lat_ns']['p90'] / 1e3,
                 'p99': c['lat_ns']['p99'] / 1e3,
                 'polled%': 100 * polled / h,
+                # Also the polling in ms per 1000 halts.
                 'poll_us/halt': c['poll_ns'] / h / 1e3,
                 'fail_us/halt': c.get('poll_fail_ns', 0) / h / 1e3,
                 'start_us': (c['handler_to_send_ns'] - c['poll_success_ns'] / polled) / 1e3
                 if polled and 'handler_to_send_ns' in c else float('nan'),
+                'window_us': c.get('max_window_ns', 0) / 1e3,
+                # Polls that ran out, % of halts (cells from before `attempted`: NaN).
+                'ran_out%': 100 * (c['attempted'] - polled) / h if 'attempted' in c
+                else float('nan'),
             })
+    return rows
+
+
+def summarise(path, binary=None):
+    rows = load_rows(path, binary)
     # poll_us/halt is also the polling in ms per 1000 halts.
     cols = ['p50', 'mean', 'p90', 'p99', 'polled%', 'poll_us/halt', 'fail_us/halt', 'start_us']
     print(f'{"gaps":<46} {"poller":<32} {"n":>2} ' + ' '.join(f'{c:>22}' for c in cols))

@@ -12,32 +12,17 @@ polling at least 5 % below the best window's (a cell's polling moves by 1-3 % be
 a 0.1 % difference is the same polling, not less). A second view ranks the windows by mean
 latency the same way (reported, not the target).
 """
-import json, statistics, sys
+import importlib.util, os, statistics, sys
+
+# The rounds are read by halt-compare.py's loader (one definition of every metric).
+_spec = importlib.util.spec_from_file_location(
+    'halt_compare', os.path.join(os.path.dirname(os.path.abspath(__file__)), 'halt-compare.py'))
+halt_compare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(halt_compare)
 
 TIE = 1.05
 WITHIN = 1.10
 LESS = 0.95
-
-
-def load(path):
-    rows = {}
-    for line in open(path):
-        rec = json.loads(line)
-        for c in rec['cells']:
-            key = (c.get('gaps', f"const:us={c['interval_ns'] // 1000}"), c['poller'])
-            h = max(1, c['halts'])
-            rows.setdefault(key, []).append({
-                'p50': c['lat_ns']['p50'] / 1e3,
-                'p99': c['lat_ns']['p99'] / 1e3,
-                'mean': c['lat_ns']['mean'] / 1e3,
-                'polled': 100 * c['polled'] / h,
-                'ms': c['poll_ns'] / h / 1e3,  # us per halt = ms per 1000 halts
-                'win': c.get('max_window_ns', 0) / 1e3,
-                # Polls that ran out, % of halts (cells from before `attempted`: NaN).
-                'wasted': 100 * (c['attempted'] - c['polled']) / h if 'attempted' in c
-                else float('nan'),
-            })
-    return rows
 
 
 def med(rs, k):
@@ -55,11 +40,11 @@ def best_fixed(rows, gaps, by):
     fixed = {p: rs for (g, p), rs in rows.items() if g == gaps and p.startswith('user:fixed:')}
     low = min(med(rs, by) for rs in fixed.values())
     tied = [p for p, rs in fixed.items() if med(rs, by) <= low * TIE]
-    return min(tied, key=lambda p: med(fixed[p], 'ms'))
+    return min(tied, key=lambda p: med(fixed[p], 'poll_us/halt'))
 
 
 def main():
-    rows = load(sys.argv[1])
+    rows = halt_compare.load_rows(sys.argv[1])
     hist_name = sys.argv[2] if len(sys.argv) > 2 else 'user:histogram'
     for gaps in sorted({g for g, _ in rows}):
         if (gaps, hist_name) not in rows:
@@ -70,21 +55,21 @@ def main():
               '| largest window us | polls ran out, % of halts |')
         print('|---|---|---|---|---|---|---|---|')
         best = best_fixed(rows, gaps, 'p50')
-        shown = [hist_name, best, 'user:fixed:ns=200000']
+        shown = [hist_name, best] + [p for p in ['user:fixed:ns=200000'] if (gaps, p) in rows]
         shown += [p for (g, p) in sorted(rows) if g == gaps and p not in shown]
         for p in shown:
             rs = rows[(gaps, p)]
             tag = ' (best fixed)' if p == best else ''
             print(f'| {p}{tag} | {fmt(rs, "p50")} | {fmt(rs, "p99")} | {fmt(rs, "mean")} | '
-                  f'{fmt(rs, "polled")} | {fmt(rs, "ms", 2)} | {fmt(rs, "win")} | '
-                  f'{fmt(rs, "wasted")} |')
+                  f'{fmt(rs, "polled%")} | {fmt(rs, "poll_us/halt", 2)} | {fmt(rs, "window_us")} | '
+                  f'{fmt(rs, "ran_out%")} |')
         for by in ('p50', 'mean'):
             b = rows[(gaps, best_fixed(rows, gaps, by))]
             lat = med(hist, by) / med(b, by)
-            poll = med(hist, 'ms') / max(1e-9, med(b, 'ms'))
+            poll = med(hist, 'poll_us/halt') / max(1e-9, med(b, 'poll_us/halt'))
             # Rounds where histogram polled less than the best window of the same round.
             n = min(len(hist), len(b))
-            less = sum(1 for i in range(n) if hist[i]['ms'] < b[i]['ms'])
+            less = sum(1 for i in range(n) if hist[i]['poll_us/halt'] < b[i]['poll_us/halt'])
             met = lat <= WITHIN and poll <= LESS
             print(f'by {by}: best fixed {best_fixed(rows, gaps, by)}; histogram {by} '
                   f'{lat:.3f}x, polling {poll:.3f}x (less in {less} of {n} rounds): '
