@@ -98,14 +98,6 @@ pub enum GapSpec {
 }
 
 impl GapSpec {
-    /// The constant gap of `--interval-us`.
-    #[must_use]
-    pub fn constant_ns(interval_ns: u64) -> Self {
-        Self::Const {
-            us: interval_ns / 1000,
-        }
-    }
-
     /// Mean gap, ns (what `interval_ns` reports for a cell with this distribution).
     #[must_use]
     pub fn mean_ns(&self) -> u64 {
@@ -135,17 +127,6 @@ impl GapSpec {
                     .saturating_add(long_us.saturating_mul(long_n));
                 total_us.saturating_mul(1000) / short_n.saturating_add(long_n).max(1)
             }
-        }
-    }
-
-    /// The distribution name as written in a spec.
-    #[must_use]
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Const { .. } => "const",
-            Self::Exp { .. } => "exp",
-            Self::Bimodal { .. } => "bimodal",
-            Self::Phased { .. } => "phased",
         }
     }
 }
@@ -307,7 +288,9 @@ impl Gaps {
     #[must_use]
     pub fn constant_ns(interval_ns: u64) -> Self {
         Self {
-            spec: GapSpec::constant_ns(interval_ns),
+            spec: GapSpec::Const {
+                us: interval_ns / 1000,
+            },
             seed: 0,
         }
     }
