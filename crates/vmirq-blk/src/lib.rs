@@ -10,6 +10,7 @@
 //!
 //! Layers, from the socket inwards:
 //! - [`server`]: socket, per-connection device lifetime, reconnects;
+//! - [`relay`]: the frontend's socket; answers INFLIGHT_SHMFD ([`inflight`]) itself;
 //! - [`backend`]: the `VhostUserBackend` implementation (features, config space, events);
 //! - [`engine`]: one queue's loop (drain, execute, complete, moderate, poll);
 //! - [`request`]: validation of guest descriptor chains (the trust boundary);
@@ -23,11 +24,13 @@ pub mod config;
 pub mod counters;
 pub mod engine;
 pub mod guest_io;
+pub mod inflight;
 #[cfg(feature = "test-utils")]
 pub mod manual_io;
 pub mod metrics;
 #[cfg(feature = "test-utils")]
 pub mod mock_guest;
+pub mod relay;
 pub mod request;
 pub mod server;
 pub mod signals;

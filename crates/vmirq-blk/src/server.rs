@@ -1,18 +1,24 @@
 //! The server: owns the disk and the counters, listens on the vhost-user socket and serves
 //! one frontend connection at a time. Each connection gets a fresh device (queue engines,
-//! policies, worker threads); when the frontend goes away everything of that connection is
-//! torn down (threads joined, fds closed, guest memory unmapped) and the next connection is
-//! accepted on the same socket, unless `once` is set.
+//! policies, worker threads, inflight state); when the frontend goes away everything of that
+//! connection is torn down (threads joined, fds closed, guest memory unmapped) and the next
+//! connection is accepted on the same socket, unless `once` is set.
+//!
+//! The frontend's socket is served by the [`crate::relay`], which answers the INFLIGHT_SHMFD
+//! messages and passes everything else to vhost-user-backend's daemon over a private socket.
 
 use crate::backend::{BlkBackend, DeviceParams, GuestMem};
 use crate::config::{DiskSpec, ServerConfig};
 use crate::counters::{CounterSnapshot, QueueCounters};
 use crate::engine::{EngineParts, QueueEngine};
+use crate::inflight::InflightState;
+use crate::relay::Relay;
 use crate::request::DiskGeometry;
 use crate::storage::{Disk, FileDisk, NullDisk, RamDisk, StorageError};
 use crate::virtio::{BlkConfig, SECTOR_SHIFT};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::Listener;
@@ -164,8 +170,13 @@ impl Server {
 
     /// Accept one frontend and serve it until it disconnects.
     fn serve_one(&self, listener: &mut Listener) -> Result<()> {
+        let Some(frontend) = listener.accept().map_err(ServerError::Listen)? else {
+            return Ok(());
+        };
+        let c = &self.config;
+        let inflight = Arc::new(InflightState::new(c.queues, c.queue_size));
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let backend = Arc::new(self.device(mem.clone())?);
+        let backend = Arc::new(self.device(mem.clone(), &inflight)?);
         let mut daemon = VhostUserDaemon::new("vmirq-blk".to_owned(), Arc::clone(&backend), mem)
             .map_err(daemon_error)?;
         for (thread, handler) in daemon.get_epoll_handlers().iter().enumerate() {
@@ -179,7 +190,8 @@ impl Server {
                 }
             }
         }
-        daemon.start(listener).map_err(daemon_error)?;
+        let device_end = connect_daemon(&mut daemon)?;
+        let relay = Relay::spawn(frontend, device_end, inflight)?;
         self.handle.serving.store(true, Ordering::Release);
         self.handle.connections.fetch_add(1, Ordering::Relaxed);
         *self
@@ -203,6 +215,7 @@ impl Server {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
         drop(daemon); // sends the exit events and joins the worker threads
+        relay.join(); // both of its sockets are shut down once the daemon's end is
         for fd in backend.take_exit_consumer_fds() {
             // SAFETY: these eventfds were created by BlkBackend::exit_event and handed to
             // vhost-user-backend, which only registered them in a worker epoll with
@@ -215,7 +228,7 @@ impl Server {
     }
 
     /// Build the device of one connection.
-    fn device(&self, mem: GuestMem) -> Result<BlkBackend> {
+    fn device(&self, mem: GuestMem, inflight: &InflightState) -> Result<BlkBackend> {
         let c = &self.config;
         let capacity = self.disk.capacity_bytes();
         let discard = !c.read_only && self.disk.supports_discard();
@@ -239,7 +252,11 @@ impl Server {
                 counters: Arc::clone(&self.handle.counters[usize::from(q)]),
                 max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
             };
-            engines.push(QueueEngine::new(parts)?);
+            let mut engine = QueueEngine::new(parts)?;
+            if let Some(slot) = inflight.slot(usize::from(q)) {
+                engine.attach_inflight(Arc::clone(slot));
+            }
+            engines.push(engine);
         }
         let seg_max = u32::from(c.queue_size)
             .saturating_sub(2)
@@ -260,6 +277,93 @@ impl Server {
         };
         Ok(BlkBackend::new(params, mem, engines))
     }
+}
+
+/// How long the daemon may take to connect to its private socket.
+const DAEMON_CONNECT_MS: i32 = 5_000;
+
+/// Connect the daemon to a private socket and return the relay's end of it. The socket lives
+/// in a fresh directory only this user can enter, is removed as soon as the daemon is
+/// connected, and the peer is checked to be this process.
+fn connect_daemon(daemon: &mut VhostUserDaemon<Arc<BlkBackend>>) -> Result<UnixStream> {
+    let dir = private_dir()?;
+    let path = dir.join("d.sock");
+    let result = (|| {
+        let listener = UnixListener::bind(&path)?;
+        listener.set_nonblocking(true)?;
+        let path_str = path
+            .to_str()
+            .ok_or_else(|| io::Error::other("temporary path is not UTF-8"))?;
+        daemon.start_client(path_str).map_err(daemon_error)?;
+        accept_self(&listener)
+    })();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir(&dir);
+    result
+}
+
+/// A new directory of mode 0700 under the temporary directory.
+fn private_dir() -> io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::temp_dir();
+    let pid = std::process::id();
+    let mut last = None;
+    for _ in 0..16 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!("vmirq-blk-{pid}-{n}"));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no private directory")))
+}
+
+/// Accept the connection of this very process (anything else is dropped).
+fn accept_self(listener: &UnixListener) -> Result<UnixStream> {
+    for _ in 0..8 {
+        if !readable(listener.as_raw_fd(), DAEMON_CONNECT_MS)? {
+            break;
+        }
+        let (stream, _) = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if peer_pid(&stream) == Some(std::process::id()) {
+            stream.set_nonblocking(false)?;
+            return Ok(stream);
+        }
+        tracing::warn!("dropped a foreign connection to the daemon's private socket");
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the device did not connect to the relay",
+    )
+    .into())
+}
+
+/// Process id of a unix socket's peer.
+fn peer_pid(stream: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).ok()?;
+    // SAFETY: SO_PEERCRED writes one `ucred` into `cred`, whose size is passed in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then(|| u32::try_from(cred.pid).ok()).flatten()
 }
 
 /// vhost-user-backend's error is neither `Sync` nor `std::error::Error`; keep its text.

@@ -65,6 +65,16 @@ impl Inflight {
         self.pending.len() - self.free.len()
     }
 
+    /// Whether a tag is free (another request can start).
+    pub(super) fn has_free_tag(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// Whether a request with head `head` has its storage operation in flight.
+    pub(super) fn holds(&self, head: u16) -> bool {
+        self.pending.iter().flatten().any(|p| p.slot.head == head)
+    }
+
     /// Drop the requests storage reported finished (`done`), then keep the guest memory of
     /// every request still pending mapped for the life of the process: its storage operation
     /// may still be running in the kernel.
@@ -104,41 +114,66 @@ impl QueueEngine {
         ring: &mut dyn Ring,
         mem: &Arc<GuestMemoryMmap>,
     ) -> Result<usize, EngineError> {
-        let mut submitted_at = None;
+        let mut subs = Submissions::default();
         let mut popped = 0usize;
-        let mut last = None;
-        let mut notify_at_submit = false;
         {
             let mut chains = ring.queue_mut().iter(&**mem)?;
             while !self.inflight.free.is_empty() {
                 let Some(chain) = chains.next() else { break };
                 popped += 1;
                 let head = chain.head_index();
-                match request::parse(
-                    head,
-                    chain,
-                    mem,
-                    &self.parts.geometry,
-                    &mut self.inflight.scratch,
-                ) {
-                    Ok(req) => self.start(req, mem),
-                    Err(rej) => self.inflight.ready.push(rejected_slot(rej)),
-                }
-                // One clock read per batch, and none for the empty batch that ends a drain.
-                let at = *submitted_at.get_or_insert_with(now_ns);
-                let d = self.parts.moderation.on_event(at, Event::Submit);
-                notify_at_submit |= d == Decision::Notify;
-                last = Some(d);
+                self.tracking.popped(head);
+                self.take_chain(head, chain, mem, &mut subs);
             }
         }
         if popped == 0 {
             self.stalled = false;
             return Ok(0);
         }
+        self.end_batch(subs, ring, mem)?;
+        Ok(popped)
+    }
+
+    /// Validate and start one chain taken from the ring (or resubmitted), and tell the policy.
+    pub(super) fn take_chain<I>(
+        &mut self,
+        head: u16,
+        descs: I,
+        mem: &Arc<GuestMemoryMmap>,
+        subs: &mut Submissions,
+    ) where
+        I: IntoIterator<Item = virtio_queue::desc::split::Descriptor>,
+    {
+        match request::parse(
+            head,
+            descs,
+            mem,
+            &self.parts.geometry,
+            &mut self.inflight.scratch,
+        ) {
+            Ok(req) => self.start(req, mem),
+            Err(rej) => self.inflight.ready.push(rejected_slot(rej)),
+        }
+        // One clock read per batch, and none for the empty batch that ends a drain.
+        let at = *subs.at.get_or_insert_with(now_ns);
+        let d = self.parts.moderation.on_event(at, Event::Submit);
+        subs.notify |= d == Decision::Notify;
+        subs.last = Some(d);
+    }
+
+    /// After a batch of [`QueueEngine::take_chain`]: submit to storage, notify if a
+    /// submission asked for it, complete whatever finished, and set the hold timer.
+    pub(super) fn end_batch(
+        &mut self,
+        subs: Submissions,
+        ring: &mut dyn Ring,
+        mem: &Arc<GuestMemoryMmap>,
+    ) -> Result<(), EngineError> {
         self.parts.io.submit();
-        if notify_at_submit {
+        if subs.notify {
             self.notify(ring, mem)?;
         }
+        let mut last = subs.last;
         if let Some(d) = self.complete_finished(ring, mem)? {
             last = Some(d);
         }
@@ -148,7 +183,7 @@ impl QueueEngine {
         }
         // Out of tags: the rest of the ring waits until storage gives some back.
         self.stalled = self.inflight.free.is_empty();
-        Ok(popped)
+        Ok(())
     }
 
     /// Complete every request whose storage has finished (and those that needed none).
@@ -394,7 +429,10 @@ impl QueueEngine {
                 used_len = slot.written.saturating_add(1);
             }
         }
+        self.tracking.before_used(slot.head);
         ring.queue_mut().add_used(mem, slot.head, used_len)?;
+        self.tracking
+            .after_used(slot.head, ring.queue_mut().next_used());
         QueueCounters::add(&c.requests, 1);
         if slot.status != status::OK {
             QueueCounters::add(&c.errors, 1);
@@ -409,6 +447,17 @@ impl QueueEngine {
         }
         Ok(())
     }
+}
+
+/// Submissions of one batch, for the moderation policy.
+#[derive(Debug, Default)]
+pub(super) struct Submissions {
+    /// When the batch's chains were taken (read once, at the first).
+    at: Option<vmirq_policy::Nanos>,
+    /// The policy's decision for the last submission.
+    last: Option<Decision>,
+    /// Some submission asked for a notification.
+    notify: bool,
 }
 
 /// Notifications within one batch of completions.

@@ -15,6 +15,7 @@
 
 mod batch;
 mod poll;
+mod tracking;
 
 use crate::clock::now_ns;
 use crate::counters::QueueCounters;
@@ -97,6 +98,8 @@ pub struct QueueEngine {
     stalled: bool,
     /// Requests in flight and reusable buffers.
     inflight: batch::Inflight,
+    /// Inflight-area marks and resubmission (vhost-user INFLIGHT_SHMFD).
+    tracking: tracking::Tracking,
 }
 
 impl QueueEngine {
@@ -114,6 +117,7 @@ impl QueueEngine {
             broken: false,
             stalled: false,
             inflight,
+            tracking: tracking::Tracking::default(),
         })
     }
 
@@ -279,6 +283,7 @@ impl QueueEngine {
     /// Drain the ring, then poll or sleep as the wait policy says, repeatedly, up to the
     /// per-event bound.
     fn run(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) -> Result<(), EngineError> {
+        self.start_tracking(ring, mem)?;
         for _ in 0..self.parts.max_batches_per_event.max(1) {
             self.drain(ring, mem)?;
             if self.stalled || !self.poll(ring, mem)? {
@@ -298,6 +303,9 @@ impl QueueEngine {
         ring: &mut dyn Ring,
         mem: &Arc<GuestMemoryMmap>,
     ) -> Result<(), EngineError> {
+        if self.resubmit(ring, mem)? && self.stalled {
+            return Ok(());
+        }
         for _ in 0..self.parts.max_batches_per_event.max(1) {
             ring.queue_mut().disable_notification(&**mem)?;
             let n = self.process_batch(ring, mem)?;
