@@ -36,6 +36,8 @@ pub mod server;
 pub mod signals;
 pub mod storage;
 pub mod timer;
+#[cfg(feature = "test-utils")]
+pub mod vhost_frontend;
 pub mod virtio;
 
 pub use config::{parse_size, DiskSpec, ServerConfig, ServerOptions};

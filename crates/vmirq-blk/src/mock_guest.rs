@@ -29,6 +29,26 @@ pub const REGION1_LEN: u64 = 1 << 20;
 /// Where data buffers are allocated from.
 const DATA_START: u64 = 1 << 20;
 
+/// Where a [`MockGuest`]'s rings and data buffers live in its guest memory.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Start of the descriptor table (the available and used rings follow it).
+    pub rings: u64,
+    /// Range [`MockGuest::alloc`] hands buffers out of.
+    pub data: std::ops::Range<u64>,
+}
+
+impl Layout {
+    /// Bytes the rings of a queue of `size` entries take from [`Layout::rings`] (descriptor
+    /// table, available ring with `used_event`, used ring with `avail_event`).
+    #[must_use]
+    pub fn ring_bytes(size: u16) -> u64 {
+        let avail = 16 * u64::from(size);
+        let used = (avail + 6 + 2 * u64::from(size)).next_multiple_of(4);
+        used + 6 + 8 * u64::from(size)
+    }
+}
+
 /// The ring half the engine sees: the queue and a signal counter.
 pub struct MockRing {
     /// The device-side queue state.
@@ -82,6 +102,7 @@ pub struct MockGuest {
     next_desc: u16,
     avail_idx: u16,
     used_seen: u16,
+    data: std::ops::Range<u64>,
     data_next: u64,
 }
 
@@ -104,15 +125,36 @@ impl MockGuest {
             ),
         ])
         .expect("guest memory");
-        // Ring layout: descriptor table at 0, available ring right after it, used ring after
+        let layout = Layout {
+            rings: 0,
+            data: DATA_START..REGION0_LEN,
+        };
+        Self::on_memory(std::sync::Arc::new(mem), size, event_idx, layout)
+    }
+
+    /// A guest with one queue of `size` entries in `mem` (which may be shared with another
+    /// process, as a vhost-user frontend's is), placed as `layout` says.
+    ///
+    /// # Panics
+    /// If the rings do not fit in guest memory or the queue cannot be set up (test setup).
+    #[must_use]
+    pub fn on_memory(
+        mem: std::sync::Arc<GuestMemoryMmap>,
+        size: u16,
+        event_idx: bool,
+        layout: Layout,
+    ) -> Self {
+        // Ring layout: descriptor table first, available ring right after it, used ring after
         // the available ring (4-byte aligned). virtio-queue's MockSplitQueue is not used for
         // the layout: its `SplitQueueRing::end()` adds the element count instead of the byte
         // size, so its used ring overlaps the upper half of the available ring (found by
         // tests/random_chains.rs).
-        let desc_table = GuestAddress(0);
-        let avail = GuestAddress(16 * u64::from(size));
-        let used = GuestAddress((avail.0 + 6 + 2 * u64::from(size)).next_multiple_of(4));
-        let ring_bytes = used.0 + 6 + 8 * u64::from(size);
+        let desc_table = GuestAddress(layout.rings);
+        let avail = GuestAddress(layout.rings + 16 * u64::from(size));
+        let used = GuestAddress(
+            layout.rings + (16 * u64::from(size) + 6 + 2 * u64::from(size)).next_multiple_of(4),
+        );
+        let ring_bytes = Layout::ring_bytes(size);
         let zeros = vec![0u8; usize::try_from(ring_bytes).expect("ring size")];
         mem.write_slice(&zeros, desc_table).expect("zero rings");
         let mut queue = Queue::new(size).expect("queue");
@@ -133,7 +175,7 @@ impl MockGuest {
             signals: Cell::new(0),
         };
         Self {
-            mem: std::sync::Arc::new(mem),
+            mem,
             ring,
             desc_table,
             avail,
@@ -142,8 +184,56 @@ impl MockGuest {
             next_desc: 0,
             avail_idx: 0,
             used_seen: 0,
-            data_next: DATA_START,
+            data_next: layout.data.start,
+            data: layout.data,
         }
+    }
+
+    /// Guest addresses of the descriptor table, available ring and used ring.
+    #[must_use]
+    pub fn ring_addresses(&self) -> (GuestAddress, GuestAddress, GuestAddress) {
+        (self.desc_table, self.avail, self.used)
+    }
+
+    /// The available index the driver published last.
+    #[must_use]
+    pub fn avail_idx(&self) -> u16 {
+        self.avail_idx
+    }
+
+    /// The used index in guest memory (what the device published).
+    #[must_use]
+    pub fn used_idx(&self) -> u16 {
+        self.mem
+            .read_obj(self.used.unchecked_add(2))
+            .map(u16::from_le)
+            .unwrap_or(0)
+    }
+
+    /// Replace the device side of the queue as a new backend would set it up after a
+    /// restart: same addresses, next available index `next_avail` (the vhost-user
+    /// SET_VRING_BASE value), next used index read from the used ring. The driver side
+    /// (rings in guest memory, what the driver has seen) is unchanged.
+    ///
+    /// # Panics
+    /// If the queue cannot be set up (test setup).
+    pub fn restart_device_side(&mut self, next_avail: u16) {
+        let mut queue = Queue::new(self.size).expect("queue");
+        queue.set_size(self.size);
+        queue
+            .try_set_desc_table_address(self.desc_table)
+            .expect("desc table address");
+        queue
+            .try_set_avail_ring_address(self.avail)
+            .expect("avail ring address");
+        queue
+            .try_set_used_ring_address(self.used)
+            .expect("used ring address");
+        queue.set_event_idx(self.ring.queue.event_idx_enabled());
+        queue.set_next_avail(next_avail);
+        queue.set_next_used(self.used_idx());
+        queue.set_ready(true);
+        self.ring.queue = queue;
     }
 
     /// Queue size.
@@ -155,8 +245,8 @@ impl MockGuest {
     /// Allocate `len` bytes of zeroed data buffer in region 0 (wraps around when full).
     pub fn alloc(&mut self, len: u32) -> u64 {
         let len = u64::from(len).max(1).next_multiple_of(64);
-        if self.data_next + len > REGION0_LEN {
-            self.data_next = DATA_START;
+        if self.data_next + len > self.data.end {
+            self.data_next = self.data.start;
         }
         let addr = self.data_next;
         self.data_next += len;
