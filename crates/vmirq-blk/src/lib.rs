@@ -12,12 +12,14 @@
 //! - [`server`]: socket, per-connection device lifetime, reconnects;
 //! - [`backend`]: the `VhostUserBackend` implementation (features, config space, events);
 //! - [`engine`]: one queue's loop (drain, execute, complete, moderate, poll);
-//! - [`request`]: validation of guest descriptor chains (the trust boundary);
+//! - [`chain`] and [`request`]: validation of guest descriptor chains (the trust boundary):
+//!   ring rules first, then the virtio-blk request;
 //! - [`storage`]: RAM, null and io_uring image-file disks.
 //!
 //! The vhost-user protocol itself is rust-vmm's (`vhost`, `vhost-user-backend`).
 
 pub mod backend;
+pub mod chain;
 pub mod clock;
 pub mod config;
 pub mod counters;

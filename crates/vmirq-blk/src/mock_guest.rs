@@ -83,6 +83,22 @@ pub struct MockGuest {
     avail_idx: u16,
     used_seen: u16,
     data_next: u64,
+    /// Highest address any data buffer reached.
+    data_high: u64,
+}
+
+/// Bytes past the last allocated buffer (and at the start of region 1) that a [`Canary`]
+/// fills with a pattern and checks.
+const CANARY_SLACK: u64 = 64 << 10;
+
+/// A copy of the guest memory the device may not write, taken before requests are handed
+/// over: the descriptor table and available ring, every data buffer allocated so far plus
+/// [`CANARY_SLACK`] bytes after them, and the start of region 1.
+#[derive(Debug, Clone)]
+pub struct Canary {
+    rings: Vec<u8>,
+    data: Vec<u8>,
+    region1: Vec<u8>,
 }
 
 impl MockGuest {
@@ -143,6 +159,7 @@ impl MockGuest {
             avail_idx: 0,
             used_seen: 0,
             data_next: DATA_START,
+            data_high: DATA_START,
         }
     }
 
@@ -160,6 +177,7 @@ impl MockGuest {
         }
         let addr = self.data_next;
         self.data_next += len;
+        self.data_high = self.data_high.max(self.data_next);
         let zeros = vec![0u8; usize::try_from(len).unwrap_or(0)];
         self.mem
             .write_slice(&zeros, GuestAddress(addr))
@@ -355,6 +373,48 @@ impl MockGuest {
         self.mem
             .write_slice(&buf, GuestAddress(d.addr))
             .expect("fill");
+    }
+
+    /// Fill the bytes after the allocated buffers (and the start of region 1) with a
+    /// pattern and copy everything the device may not write. Allocate every buffer of the
+    /// requests to check before this call.
+    #[must_use]
+    pub fn canary(&self) -> Canary {
+        let slack_end = (self.data_high + CANARY_SLACK).min(REGION0_LEN);
+        let pattern =
+            |len: u64| -> Vec<u8> { (0..len).map(|i| 0x5A ^ i.to_le_bytes()[0]).collect() };
+        self.mem_write(self.data_high, &pattern(slack_end - self.data_high));
+        self.mem_write(REGION1_START, &pattern(CANARY_SLACK));
+        Canary {
+            rings: self.read_range(0, self.used.0),
+            data: self.read_range(DATA_START, slack_end),
+            region1: self.read_range(REGION1_START, REGION1_START + CANARY_SLACK),
+        }
+    }
+
+    /// Panic if a byte covered by `c` changed outside the `allowed` ranges (`[start, end)`:
+    /// the device-writable buffers handed over).
+    pub fn assert_canary(&self, c: &Canary, allowed: &[(u64, u64)]) {
+        let check = |start: u64, before: &[u8], what: &str| {
+            let now = self.read_range(start, start + before.len() as u64);
+            for (i, (a, b)) in before.iter().zip(&now).enumerate() {
+                let addr = start + i as u64;
+                if a != b && !allowed.iter().any(|&(s, e)| addr >= s && addr < e) {
+                    panic!("{what} byte at {addr:#x} changed from {a:#x} to {b:#x}");
+                }
+            }
+        };
+        check(0, &c.rings, "descriptor table / available ring");
+        check(DATA_START, &c.data, "guest memory");
+        check(REGION1_START, &c.region1, "region 1");
+    }
+
+    fn read_range(&self, start: u64, end: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; usize::try_from(end - start).expect("range")];
+        self.mem
+            .read_slice(&mut buf, GuestAddress(start))
+            .expect("read range");
+        buf
     }
 
     /// Read a buffer.
