@@ -10,6 +10,7 @@
 //!
 //! Layers, from the socket inwards:
 //! - [`server`]: socket, per-connection device lifetime, reconnects;
+//! - [`guard`]: checks every vhost-user message before rust-vmm's handler sees it;
 //! - [`backend`]: the `VhostUserBackend` implementation (features, config space, events);
 //! - [`engine`]: one queue's loop (drain, execute, complete, moderate, poll);
 //! - [`chain`] and [`request`]: validation of guest descriptor chains (the trust boundary):
@@ -24,6 +25,7 @@ pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod engine;
+pub mod guard;
 pub mod guest_io;
 #[cfg(feature = "test-utils")]
 pub mod manual_io;

@@ -8,11 +8,14 @@ use crate::backend::{BlkBackend, DeviceParams, GuestMem};
 use crate::config::{DiskSpec, ServerConfig};
 use crate::counters::{CounterSnapshot, QueueCounters};
 use crate::engine::{EngineParts, QueueEngine};
+use crate::guard::rules::Limits;
+use crate::guard::{Guard, Rendezvous};
 use crate::request::DiskGeometry;
 use crate::storage::{Disk, FileDisk, NullDisk, RamDisk, StorageError};
 use crate::virtio::{BlkConfig, SECTOR_SHIFT};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::Listener;
@@ -164,6 +167,18 @@ impl Server {
 
     /// Accept one frontend and serve it until it disconnects.
     fn serve_one(&self, listener: &mut Listener) -> Result<()> {
+        match listener.accept().map_err(ServerError::Listen)? {
+            Some(frontend) => self.serve_connection(frontend),
+            None => Ok(()),
+        }
+    }
+
+    /// Serve one frontend connection until it ends (the frontend disconnects, a message is
+    /// refused, or the server is stopped). Every message passes the [`crate::guard`] first.
+    ///
+    /// # Errors
+    /// When the device of the connection cannot be set up.
+    pub fn serve_connection(&self, frontend: UnixStream) -> Result<()> {
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(self.device(mem.clone())?);
         let mut daemon = VhostUserDaemon::new("vmirq-blk".to_owned(), Arc::clone(&backend), mem)
@@ -179,7 +194,14 @@ impl Server {
                 }
             }
         }
-        daemon.start(listener).map_err(daemon_error)?;
+        let rendezvous = Rendezvous::new()?;
+        let path = rendezvous.path().to_string_lossy().into_owned();
+        daemon.start_client(&path).map_err(daemon_error)?;
+        let limits = Limits {
+            queues: self.config.queues,
+            max_queue_size: self.config.queue_size,
+        };
+        let guard = Guard::spawn(frontend, rendezvous.accept_own()?, limits)?;
         self.handle.serving.store(true, Ordering::Release);
         self.handle.connections.fetch_add(1, Ordering::Relaxed);
         *self
@@ -202,6 +224,7 @@ impl Server {
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
+        guard.close();
         drop(daemon); // sends the exit events and joins the worker threads
         for fd in backend.take_exit_consumer_fds() {
             // SAFETY: these eventfds were created by BlkBackend::exit_event and handed to
