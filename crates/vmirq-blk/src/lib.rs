@@ -32,6 +32,8 @@ pub mod manual_io;
 pub mod metrics;
 #[cfg(feature = "test-utils")]
 pub mod mock_guest;
+#[cfg(feature = "test-utils")]
+pub mod raw_frontend;
 pub mod request;
 pub mod server;
 pub mod signals;
