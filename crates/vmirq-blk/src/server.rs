@@ -4,21 +4,23 @@
 //! connection is torn down (threads joined, fds closed, guest memory unmapped) and the next
 //! connection is accepted on the same socket, unless `once` is set.
 //!
-//! The frontend's socket is served by the [`crate::relay`], which answers the INFLIGHT_SHMFD
-//! messages and passes everything else to vhost-user-backend's daemon over a private socket.
+//! The frontend's socket is served by the [`crate::guard`], which checks every message,
+//! answers the INFLIGHT_SHMFD messages itself and passes the rest to vhost-user-backend's
+//! daemon over a private socket.
 
 use crate::backend::{BlkBackend, DeviceParams, GuestMem};
 use crate::config::{DiskSpec, ServerConfig};
 use crate::counters::{CounterSnapshot, QueueCounters};
 use crate::engine::{EngineParts, QueueEngine};
+use crate::guard::rules::Limits;
+use crate::guard::{Guard, Rendezvous};
 use crate::inflight::InflightState;
-use crate::relay::Relay;
 use crate::request::DiskGeometry;
 use crate::storage::{Disk, FileDisk, NullDisk, RamDisk, StorageError};
 use crate::virtio::{BlkConfig, SECTOR_SHIFT};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::Listener;
@@ -170,9 +172,18 @@ impl Server {
 
     /// Accept one frontend and serve it until it disconnects.
     fn serve_one(&self, listener: &mut Listener) -> Result<()> {
-        let Some(frontend) = listener.accept().map_err(ServerError::Listen)? else {
-            return Ok(());
-        };
+        match listener.accept().map_err(ServerError::Listen)? {
+            Some(frontend) => self.serve_connection(frontend),
+            None => Ok(()),
+        }
+    }
+
+    /// Serve one frontend connection until it ends (the frontend disconnects, a message is
+    /// refused, or the server is stopped). Every message passes the [`crate::guard`] first.
+    ///
+    /// # Errors
+    /// When the device of the connection cannot be set up.
+    pub fn serve_connection(&self, frontend: UnixStream) -> Result<()> {
         let c = &self.config;
         let inflight = Arc::new(InflightState::new(c.queues, c.queue_size));
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
@@ -190,8 +201,14 @@ impl Server {
                 }
             }
         }
-        let device_end = connect_daemon(&mut daemon)?;
-        let relay = Relay::spawn(frontend, device_end, inflight)?;
+        let rendezvous = Rendezvous::new()?;
+        let path = rendezvous.path().to_string_lossy().into_owned();
+        daemon.start_client(&path).map_err(daemon_error)?;
+        let limits = Limits {
+            queues: self.config.queues,
+            max_queue_size: self.config.queue_size,
+        };
+        let guard = Guard::spawn(frontend, rendezvous.accept_own()?, limits, Some(inflight))?;
         self.handle.serving.store(true, Ordering::Release);
         self.handle.connections.fetch_add(1, Ordering::Relaxed);
         *self
@@ -214,8 +231,8 @@ impl Server {
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
+        guard.close();
         drop(daemon); // sends the exit events and joins the worker threads
-        relay.join(); // both of its sockets are shut down once the daemon's end is
         for fd in backend.take_exit_consumer_fds() {
             // SAFETY: these eventfds were created by BlkBackend::exit_event and handed to
             // vhost-user-backend, which only registered them in a worker epoll with
@@ -277,93 +294,6 @@ impl Server {
         };
         Ok(BlkBackend::new(params, mem, engines))
     }
-}
-
-/// How long the daemon may take to connect to its private socket.
-const DAEMON_CONNECT_MS: i32 = 5_000;
-
-/// Connect the daemon to a private socket and return the relay's end of it. The socket lives
-/// in a fresh directory only this user can enter, is removed as soon as the daemon is
-/// connected, and the peer is checked to be this process.
-fn connect_daemon(daemon: &mut VhostUserDaemon<Arc<BlkBackend>>) -> Result<UnixStream> {
-    let dir = private_dir()?;
-    let path = dir.join("d.sock");
-    let result = (|| {
-        let listener = UnixListener::bind(&path)?;
-        listener.set_nonblocking(true)?;
-        let path_str = path
-            .to_str()
-            .ok_or_else(|| io::Error::other("temporary path is not UTF-8"))?;
-        daemon.start_client(path_str).map_err(daemon_error)?;
-        accept_self(&listener)
-    })();
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_dir(&dir);
-    result
-}
-
-/// A new directory of mode 0700 under the temporary directory.
-fn private_dir() -> io::Result<std::path::PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let base = std::env::temp_dir();
-    let pid = std::process::id();
-    let mut last = None;
-    for _ in 0..16 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!("vmirq-blk-{pid}-{n}"));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| io::Error::other("no private directory")))
-}
-
-/// Accept the connection of this very process (anything else is dropped).
-fn accept_self(listener: &UnixListener) -> Result<UnixStream> {
-    for _ in 0..8 {
-        if !readable(listener.as_raw_fd(), DAEMON_CONNECT_MS)? {
-            break;
-        }
-        let (stream, _) = match listener.accept() {
-            Ok(s) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if peer_pid(&stream) == Some(std::process::id()) {
-            stream.set_nonblocking(false)?;
-            return Ok(stream);
-        }
-        tracing::warn!("dropped a foreign connection to the daemon's private socket");
-    }
-    Err(io::Error::new(
-        io::ErrorKind::TimedOut,
-        "the device did not connect to the relay",
-    )
-    .into())
-}
-
-/// Process id of a unix socket's peer.
-fn peer_pid(stream: &UnixStream) -> Option<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).ok()?;
-    // SAFETY: SO_PEERCRED writes one `ucred` into `cred`, whose size is passed in `len`.
-    let r = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then(|| u32::try_from(cred.pid).ok()).flatten()
 }
 
 /// vhost-user-backend's error is neither `Sync` nor `std::error::Error`; keep its text.

@@ -15,7 +15,7 @@ use crate::mock_guest::{Layout, MockGuest, F_NEXT, F_WRITE};
 use crate::virtio::{feature, req, HEADER_LEN};
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -145,11 +145,10 @@ impl VhostFrontend {
         let slots = u64::from(cfg.queue_size / 3);
         let slot_bytes =
             (SLOT_HEADER_BYTES + u64::from(cfg.max_request_bytes)).next_multiple_of(4096);
-        let rings = Layout::ring_bytes(cfg.queue_size).next_multiple_of(4096);
+        let rings = ring_bytes(cfg.queue_size).next_multiple_of(4096);
         let per_queue = rings + slots * slot_bytes;
         let size = (u64::from(cfg.queues) * per_queue).next_multiple_of(1 << 20);
-        let memfd = memfd("vmirq-frontend-mem")?;
-        memfd.set_len(size)?;
+        let memfd = crate::raw_frontend::memfd(size)?;
         let len = usize::try_from(size).map_err(|e| FrontendError::Memory(e.to_string()))?;
         let region = MmapRegion::from_file(FileOffset::new(memfd.try_clone()?, 0), len)
             .map_err(|e| FrontendError::Memory(e.to_string()))?;
@@ -163,8 +162,9 @@ impl VhostFrontend {
             .map(|q| {
                 let base = q * per_queue;
                 let layout = Layout {
-                    rings: base,
-                    data: base + rings..base + per_queue,
+                    ring_base: base,
+                    data_start: base + rings,
+                    data_end: base + per_queue,
                 };
                 let guest =
                     MockGuest::on_memory(Arc::clone(&mem), cfg.queue_size, cfg.event_idx, layout);
@@ -235,7 +235,7 @@ impl VhostFrontend {
         fe.set_mem_table(&[info])?;
         self.set_inflight(&mut fe)?;
         for (q, queue) in self.queues.iter_mut().enumerate() {
-            let (desc, avail, used) = queue.guest.ring_addresses();
+            let [desc, avail, used] = queue.guest.ring_addresses();
             let start = match base {
                 RingBase::UsedIdx => queue.guest.used_idx(),
                 RingBase::AvailIdx => queue.guest.avail_idx(),
@@ -249,9 +249,9 @@ impl VhostFrontend {
                     queue_max_size: self.cfg.queue_size,
                     queue_size: self.cfg.queue_size,
                     flags: 0,
-                    desc_table_addr: host + desc.0,
-                    used_ring_addr: host + used.0,
-                    avail_ring_addr: host + avail.0,
+                    desc_table_addr: host + desc,
+                    used_ring_addr: host + used,
+                    avail_ring_addr: host + avail,
                     log_addr: None,
                 },
             )?;
@@ -498,16 +498,12 @@ impl VhostFrontend {
     }
 }
 
-/// A memfd (guest memory must be shareable with the backend).
-fn memfd(name: &str) -> std::io::Result<File> {
-    let name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
-    // SAFETY: `name` is a valid NUL-terminated string; the flags are valid.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor owned by nobody else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+/// Bytes the rings of a queue of `size` entries take (descriptor table, available ring with
+/// `used_event`, used ring with `avail_event`), as [`MockGuest`] lays them out.
+fn ring_bytes(size: u16) -> u64 {
+    let avail = 16 * u64::from(size);
+    let used = (avail + 6 + 2 * u64::from(size)).next_multiple_of(4);
+    used + 6 + 8 * u64::from(size)
 }
 
 /// Connect to a unix socket, retrying while it does not exist or refuses (a backend being

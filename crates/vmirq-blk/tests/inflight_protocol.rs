@@ -9,13 +9,14 @@ mod common;
 
 use common::{pattern, Running};
 use std::fs::File;
-use std::os::unix::net::UnixStream;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 use vhost::vhost_user::message::{FrontendReq, VhostUserInflight, VhostUserProtocolFeatures};
 use vm_memory::ByteValued;
+use vmirq_blk::guard::wire::{self, Message, WireError, FLAG_NEED_REPLY, VERSION_1};
 use vmirq_blk::inflight::area;
-use vmirq_blk::relay::wire::{self, Message, WireError, FLAG_NEED_REPLY, FLAG_VERSION_1};
+use vmirq_blk::raw_frontend::RawFrontend;
 use vmirq_blk::vhost_frontend::{FrontendConfig, RingBase, VhostFrontend};
 use vmirq_blk::virtio::{req, status};
 use vmirq_blk::DiskSpec;
@@ -123,59 +124,50 @@ fn inflight_area_is_kept_across_clean_and_unclean_reconnects() {
     srv.stop();
 }
 
-/// A raw vhost-user connection for hostile messages.
-struct Raw(UnixStream);
+/// A raw vhost-user connection for hostile messages (replies read with their descriptors).
+struct Raw(RawFrontend);
+
+/// Why no reply came.
+#[derive(Debug)]
+enum NoReply {
+    Closed,
+    Wire(WireError),
+}
 
 impl Raw {
     fn connect(path: &Path) -> Self {
-        // The socket file appears at bind(), a moment before listen(): retry briefly.
-        let mut tries = 0;
-        let s = loop {
-            match UnixStream::connect(path) {
-                Ok(s) => break s,
-                Err(e) if tries < 500 && e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => panic!("connect: {e}"),
-            }
-        };
-        s.set_read_timeout(Some(T)).expect("timeout");
-        Self(s)
+        let raw = RawFrontend::connect(path).expect("connect");
+        raw.stream().set_read_timeout(Some(T)).expect("timeout");
+        Self(raw)
     }
     fn send(&self, request: FrontendReq, flags: u32, payload: &[u8], files: Vec<File>) {
-        let msg = Message {
-            request: request as u32,
-            flags: FLAG_VERSION_1 | flags,
-            payload: payload.to_vec(),
-            files,
-        };
-        wire::send(&self.0, &msg).expect("send");
+        let fds: Vec<_> = files.iter().map(AsRawFd::as_raw_fd).collect();
+        self.0
+            .send(request as u32, VERSION_1 | flags, payload, &fds)
+            .expect("send");
     }
     fn ask(&self, request: FrontendReq, payload: &[u8]) -> Message {
         self.send(request, 0, payload, vec![]);
         self.recv().expect("reply")
     }
-    fn recv(&self) -> Result<Message, WireError> {
-        wire::recv(&self.0)
+    fn recv(&self) -> Result<Message, NoReply> {
+        match wire::read_message(self.0.stream()) {
+            Ok(Some(m)) => Ok(m),
+            Ok(None) => Err(NoReply::Closed),
+            Err(e) => Err(NoReply::Wire(e)),
+        }
     }
     /// SET_OWNER, features, and the protocol features `protocol`.
     fn handshake(&self, protocol: VhostUserProtocolFeatures) -> u64 {
         self.send(FrontendReq::SET_OWNER, 0, &[], vec![]);
-        let features = self
-            .ask(FrontendReq::GET_FEATURES, &[])
-            .u64_payload()
-            .expect("features");
+        let features = self.ask(FrontendReq::GET_FEATURES, &[]).u64_at(0);
         self.send(
             FrontendReq::SET_FEATURES,
             0,
             &features.to_ne_bytes(),
             vec![],
         );
-        let offered = self
-            .ask(FrontendReq::GET_PROTOCOL_FEATURES, &[])
-            .u64_payload()
-            .expect("protocol features");
+        let offered = self.ask(FrontendReq::GET_PROTOCOL_FEATURES, &[]).u64_at(0);
         self.send(
             FrontendReq::SET_PROTOCOL_FEATURES,
             0,
@@ -186,11 +178,14 @@ impl Raw {
     }
     /// The server closed this connection (EOF, not a timeout).
     fn closed(&self) -> bool {
-        matches!(self.recv(), Err(WireError::Closed | WireError::Truncated))
+        matches!(
+            self.recv(),
+            Err(NoReply::Closed | NoReply::Wire(WireError::Truncated { .. }))
+        )
     }
     /// The connection still answers.
     fn alive(&self) -> bool {
-        self.ask(FrontendReq::GET_QUEUE_NUM, &[]).u64_payload() == Some(1)
+        self.ask(FrontendReq::GET_QUEUE_NUM, &[]).u64_at(0) == 1
     }
 }
 
@@ -323,11 +318,11 @@ fn set_inflight_fd_refuses_hostile_areas_and_ends_only_that_connection() {
         // once (malformed message).
         match raw.recv() {
             Ok(ack) => {
-                assert_eq!(ack.u64_payload(), Some(1), "{what}: not refused");
+                assert_eq!(ack.u64_at(0), 1, "{what}: not refused");
                 assert!(raw.closed(), "{what}: connection kept");
             }
-            Err(WireError::Closed | WireError::Truncated) => {}
-            Err(e) => panic!("{what}: {e}"),
+            Err(NoReply::Closed | NoReply::Wire(WireError::Truncated { .. })) => {}
+            Err(e) => panic!("{what}: {e:?}"),
         }
     }
     // The good area is accepted (ack 0) and the connection stays.
@@ -339,7 +334,7 @@ fn set_inflight_fd_refuses_hostile_areas_and_ends_only_that_connection() {
         &inflight_msg(len, 0, 1, 64),
         vec![dup(&good)],
     );
-    assert_eq!(raw.recv().expect("ack").u64_payload(), Some(0));
+    assert_eq!(raw.recv().expect("ack").u64_at(0), 0);
     assert!(raw.alive());
     drop(raw);
     assert_serves(&srv, 4);

@@ -22,6 +22,7 @@ const QUEUE_SIZE: u16 = 128;
 /// Bytes per request: large, so the backend is busy for a while after taking a batch.
 const BLOCK: u32 = 256 << 10;
 const BLOCKS: u64 = 128;
+const BLOCKS_USIZE: usize = 128;
 const MAX_ATTEMPTS: u64 = 20;
 const KILLS_WITH_MARKS: u64 = 3;
 const T: Duration = Duration::from_secs(20);
@@ -80,6 +81,10 @@ fn pattern(round: u64, b: u64) -> Vec<u8> {
     out
 }
 
+fn idx(b: u64) -> usize {
+    usize::try_from(b).expect("block index")
+}
+
 fn sector(b: u64) -> u64 {
     b * u64::from(BLOCK) / 512
 }
@@ -112,7 +117,7 @@ fn drain(
 /// requests in flight longer).
 fn image(dir: &Path) -> (PathBuf, bool) {
     let path = dir.join("disk.img");
-    std::fs::write(&path, vec![0u8; (BLOCKS * u64::from(BLOCK)) as usize]).expect("image");
+    std::fs::write(&path, vec![0u8; BLOCKS_USIZE * BLOCK as usize]).expect("image");
     let direct = {
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
@@ -139,7 +144,7 @@ fn sigkilled_vmirq_serve_restarts_and_completes_every_request_exactly_once() {
     let mut serve = Serve::start(&sock, &img, direct, POLICIES[0]);
     f.connect(&sock, RingBase::UsedIdx, T).expect("connect");
     // What each block holds: the round that last wrote it (0: zeros).
-    let mut model = vec![None::<u64>; BLOCKS as usize];
+    let mut model = vec![None::<u64>; BLOCKS_USIZE];
     let mut caught = 0u64;
     let mut attempts = 0u64;
     while caught < KILLS_WITH_MARKS && attempts < MAX_ATTEMPTS {
@@ -149,7 +154,7 @@ fn sigkilled_vmirq_serve_restarts_and_completes_every_request_exactly_once() {
         let mut pending: Vec<HashMap<u16, u64>> = vec![HashMap::new(); QUEUES as usize];
         let mut b = (round * 17) % BLOCKS;
         for (q, p) in pending.iter_mut().enumerate() {
-            while f.free_slots(q) > 0 && p.len() < (BLOCKS as usize) / 2 - 1 {
+            while f.free_slots(q) > 0 && p.len() < BLOCKS_USIZE / 2 - 1 {
                 let head = f
                     .submit(q, req::OUT, sector(b), &pattern(round, b), BLOCK)
                     .expect("slot");
@@ -169,7 +174,7 @@ fn sigkilled_vmirq_serve_restarts_and_completes_every_request_exactly_once() {
             caught += 1;
         }
         // Start again (another policy) and reconnect with the same area and rings.
-        let policy = POLICIES[(attempts as usize) % POLICIES.len()];
+        let policy = POLICIES[usize::try_from(attempts).unwrap_or(0) % POLICIES.len()];
         serve = Serve::start(&sock, &img, direct, policy);
         let base = if attempts % 2 == 0 {
             RingBase::AvailIdx
@@ -177,7 +182,7 @@ fn sigkilled_vmirq_serve_restarts_and_completes_every_request_exactly_once() {
             RingBase::UsedIdx
         };
         f.connect(&sock, base, T).expect("reconnect after SIGKILL");
-        drain(&mut f, &mut pending, |b, _| model[b as usize] = Some(round));
+        drain(&mut f, &mut pending, |b, _| model[idx(b)] = Some(round));
         // Nothing else arrives: no request completes twice.
         std::thread::sleep(Duration::from_millis(100));
         for q in 0..QUEUES as usize {
@@ -209,12 +214,11 @@ fn sigkilled_vmirq_serve_restarts_and_completes_every_request_exactly_once() {
             f.kick(q).expect("kick");
         }
         drain(&mut f, &mut reads, |b, c| {
-            let want =
-                model[b as usize].map_or_else(|| vec![0u8; BLOCK as usize], |r| pattern(r, b));
+            let want = model[idx(b)].map_or_else(|| vec![0u8; BLOCK as usize], |r| pattern(r, b));
             assert!(
                 c.data == want,
                 "block {b} does not hold round {:?}",
-                model[b as usize]
+                model[idx(b)]
             );
         });
     }

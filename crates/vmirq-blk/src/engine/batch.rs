@@ -8,10 +8,11 @@
 //! buffers point into, so a memory-table change cannot unmap them under the kernel.
 
 use super::{EngineError, QueueEngine, Ring};
+use crate::chain::DescTable;
 use crate::clock::now_ns;
 use crate::counters::QueueCounters;
 use crate::guest_io;
-use crate::request::{self, Request, RequestType};
+use crate::request::{self, Failure, Request, RequestType};
 use crate::storage::{Done, Io, IoKind};
 use crate::virtio::status;
 use std::sync::Arc;
@@ -22,7 +23,8 @@ use vmirq_policy::moderation::{CompletionMeta, Decision, Event, Moderator, Reque
 /// A request between parsing and completion.
 pub(super) struct Slot {
     head: u16,
-    status_addr: Option<GuestAddress>,
+    /// Where the status byte goes (checked by the parser).
+    status_addr: GuestAddress,
     status: u8,
     /// Bytes written into device-writable buffers, not counting the status byte.
     written: u32,
@@ -116,60 +118,78 @@ impl QueueEngine {
     ) -> Result<usize, EngineError> {
         let mut subs = Submissions::default();
         let mut popped = 0usize;
+        let mut broken = None;
         {
-            let mut chains = ring.queue_mut().iter(&**mem)?;
+            let queue = ring.queue_mut();
+            let table = DescTable {
+                addr: GuestAddress(queue.desc_table()),
+                size: queue.size(),
+            };
+            let mut chains = queue.iter(&**mem)?;
             while !self.inflight.free.is_empty() {
                 let Some(chain) = chains.next() else { break };
                 popped += 1;
                 let head = chain.head_index();
                 self.tracking.popped(head);
-                self.take_chain(head, chain, mem, &mut subs);
+                if let Err(e) = self.take_chain(head, table, mem, &mut subs) {
+                    // Stop reading the avail ring at the broken chain.
+                    broken = Some(e);
+                    break;
+                }
             }
         }
         if popped == 0 {
             self.stalled = false;
             return Ok(0);
         }
-        self.end_batch(subs, ring, mem)?;
+        self.end_batch(subs, broken, ring, mem)?;
         Ok(popped)
     }
 
-    /// Validate and start one chain taken from the ring (or resubmitted), and tell the policy.
-    pub(super) fn take_chain<I>(
+    /// Validate and start the chain at `head` (taken from the ring, or resubmitted), and tell
+    /// the policy. A chain that breaks a ring rule is an error: the caller stops there.
+    pub(super) fn take_chain(
         &mut self,
         head: u16,
-        descs: I,
+        table: DescTable,
         mem: &Arc<GuestMemoryMmap>,
         subs: &mut Submissions,
-    ) where
-        I: IntoIterator<Item = virtio_queue::desc::split::Descriptor>,
-    {
+    ) -> Result<(), EngineError> {
         match request::parse(
             head,
-            descs,
+            table,
             mem,
             &self.parts.geometry,
             &mut self.inflight.scratch,
         ) {
             Ok(req) => self.start(req, mem),
-            Err(rej) => self.inflight.ready.push(rejected_slot(rej)),
+            Err(Failure::Rejected(rej)) => self.inflight.ready.push(rejected_slot(rej)),
+            Err(Failure::Broken(violation)) => return Err(EngineError::Chain { head, violation }),
         }
         // One clock read per batch, and none for the empty batch that ends a drain.
         let at = *subs.at.get_or_insert_with(now_ns);
         let d = self.parts.moderation.on_event(at, Event::Submit);
         subs.notify |= d == Decision::Notify;
         subs.last = Some(d);
+        Ok(())
     }
 
-    /// After a batch of [`QueueEngine::take_chain`]: submit to storage, notify if a
-    /// submission asked for it, complete whatever finished, and set the hold timer.
+    /// After a batch of [`QueueEngine::take_chain`]: submit to storage, then fail with
+    /// `broken` if a chain broke the ring; otherwise notify if a submission asked for it,
+    /// complete whatever finished, and set the hold timer.
     pub(super) fn end_batch(
         &mut self,
         subs: Submissions,
+        broken: Option<EngineError>,
         ring: &mut dyn Ring,
         mem: &Arc<GuestMemoryMmap>,
     ) -> Result<(), EngineError> {
+        // Operations started before a broken chain still go to storage: they are reaped
+        // (not completed) as they finish, instead of waiting unsubmitted.
         self.parts.io.submit();
+        if let Some(e) = broken {
+            return Err(e);
+        }
         if subs.notify {
             self.notify(ring, mem)?;
         }
@@ -334,7 +354,7 @@ impl QueueEngine {
         }
         let mut slot = Slot {
             head: req.head,
-            status_addr: Some(req.status),
+            status_addr: req.status,
             status: status::OK,
             written: 0,
             meta,
@@ -421,14 +441,14 @@ impl QueueEngine {
         mem: &GuestMemoryMmap,
     ) -> Result<(), EngineError> {
         let c = &self.parts.counters;
-        let mut used_len = 0;
-        if let Some(addr) = slot.status_addr {
-            // The parser checked that the status byte lies in guest memory; if memory was
-            // replaced since, the write fails and the driver sees used len 0.
-            if data_mem.write_obj(slot.status, addr).is_ok() {
-                used_len = slot.written.saturating_add(1);
-            }
+        // The parser checked that the status byte lies in `data_mem` (the memory the request
+        // was parsed against, kept alive while it is in flight), so this write does not fail;
+        // if it ever did, the chain must not be completed (the driver would read a stale
+        // status): the queue breaks instead.
+        if data_mem.write_obj(slot.status, slot.status_addr).is_err() {
+            return Err(EngineError::StatusWrite { head: slot.head });
         }
+        let used_len = slot.written.saturating_add(1);
         self.tracking.before_used(slot.head);
         ring.queue_mut().add_used(mem, slot.head, used_len)?;
         self.tracking

@@ -7,8 +7,8 @@
 
 use super::batch::Submissions;
 use super::{EngineError, QueueEngine, Ring};
+use crate::chain::DescTable;
 use crate::inflight::area::{QueueLog, Recovery};
-use crate::inflight::chain::ChainAt;
 use crate::inflight::QueueSlot;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -129,8 +129,9 @@ impl QueueEngine {
     }
 
     /// Start as many resubmitted heads as there are free tags (before anything is taken from
-    /// the available ring). The chains are read again from the descriptor table and validated
-    /// like new ones; they keep their marks and counters. Returns whether there were any.
+    /// the available ring). The chains are read again from the descriptor table and checked
+    /// like new ones (a chain that breaks a ring rule breaks the queue again); they keep their
+    /// marks and counters. Returns whether there were any.
     pub(super) fn resubmit(
         &mut self,
         ring: &mut dyn Ring,
@@ -139,18 +140,25 @@ impl QueueEngine {
         if self.tracking.resubmit.is_empty() {
             return Ok(false);
         }
-        let (table, size) = {
+        let table = {
             let q = ring.queue_mut();
-            (GuestAddress(q.desc_table()), q.size())
+            DescTable {
+                addr: GuestAddress(q.desc_table()),
+                size: q.size(),
+            }
         };
         let mut subs = Submissions::default();
+        let mut broken = None;
         while self.inflight.has_free_tag() {
             let Some(head) = self.tracking.resubmit.pop() else {
                 break;
             };
-            self.take_chain(head, ChainAt::new(mem, table, size, head), mem, &mut subs);
+            if let Err(e) = self.take_chain(head, table, mem, &mut subs) {
+                broken = Some(e);
+                break;
+            }
         }
-        self.end_batch(subs, ring, mem)?;
+        self.end_batch(subs, broken, ring, mem)?;
         Ok(true)
     }
 }

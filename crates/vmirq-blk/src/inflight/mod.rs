@@ -8,11 +8,10 @@
 //! process maps it, and when each ring starts it resubmits the heads still marked, oldest
 //! first, before serving the available ring again (the engine's `tracking` module).
 //!
-//! This module holds what the vhost-user side (the [`crate::relay`], which answers the two
+//! This module holds what the vhost-user side (the [`crate::guard`], which answers the two
 //! messages) and the queue engines share for one connection: one [`QueueSlot`] per queue.
 
 pub mod area;
-pub mod chain;
 
 use area::{AreaError, AreaLimits, InflightArea, QueueLog};
 use std::fs::File;
