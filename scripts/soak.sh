@@ -61,11 +61,12 @@ sample() { # policy process_index elapsed
   shmem=$(awk '/^RssShmem/ {print $2}' "$st" 2>/dev/null || echo 0)
   threads=$(awk '/^Threads/ {print $2}' "$st" 2>/dev/null || echo 0)
   fds=$(ls "/proc/$server_pid/fd" 2>/dev/null | wc -l)
-  echo "$1,$2,$3,$server_pid,$rss,$anon,$shmem,$fds,$threads" >>"$OUT/samples.csv"
+  echo "${1//,/;},$2,$3,$server_pid,$rss,$anon,$shmem,$fds,$threads" >>"$OUT/samples.csv"
 }
 
 # rss_kb = anon_kb (the server's own heap and stacks) + shmem_kb (the guest memory and the
 # inflight area it touched, shared with the frontend) + file-backed pages.
+# (Commas in a policy spec become semicolons in the CSV.)
 echo "policy,process,elapsed_s,pid,rss_kb,anon_kb,shmem_kb,fds,threads" >"$OUT/samples.csv"
 printf '%-26s %9s %7s %6s %5s %6s %6s %5s %6s  %s\n' policy ops MiB/s mism err recon kills lost marked \
   "anon_kb first/last/max  fds first/last/max" | tee "$OUT/summary.txt"
@@ -113,7 +114,7 @@ for policy in $POLICIES; do
   lost=$(field backend_losses); marked=$(field marked_at_loss)
   mibs=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { if (s > 0) printf "%.1f", b / s / 1048576; else print 0 }')
   # Anonymous RSS and fds of the server: first sample of the run, last sample, largest.
-  mem=$(awk -F, -v p="$policy" '$1 == p && $6 > 0 {
+  mem=$(awk -F, -v p="${policy//,/;}" '$1 == p && $6 > 0 {
       if (first == "") { first = $6; ffd = $8 }
       last = $6; lfd = $8
       if ($6 > max) max = $6; if ($8 > maxfd) maxfd = $8 }

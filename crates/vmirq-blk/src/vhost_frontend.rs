@@ -404,6 +404,10 @@ impl VhostFrontend {
             return Vec::new();
         };
         let used = queue.guest.take_used();
+        if self.cfg.event_idx {
+            // As a driver does: ask for a notification at the next completion.
+            queue.guest.set_used_event(queue.guest.used_seen());
+        }
         let mut out = Vec::with_capacity(used.len());
         for (id, used_len) in used {
             let head = u16::try_from(id).unwrap_or(u16::MAX);
