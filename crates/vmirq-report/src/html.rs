@@ -103,7 +103,9 @@ impl Page {
 
     /// A table.
     pub fn table(&mut self, table: &Table) -> &mut Self {
+        self.body.push_str("<div class=\"table\">");
         self.body.push_str(&table.to_html());
+        self.body.push_str("</div>");
         self
     }
 
@@ -210,7 +212,10 @@ mod tests {
 
     #[test]
     fn slugs_are_plain() {
-        assert_eq!(slug("IOPS and p99 vs queue depth"), "iops-and-p99-vs-queue-depth");
+        assert_eq!(
+            slug("IOPS and p99 vs queue depth"),
+            "iops-and-p99-vs-queue-depth"
+        );
         assert_eq!(slug("  KVM on this host!"), "kvm-on-this-host");
         assert_eq!(slug("µ"), "");
     }

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod html;
 pub mod plot;
 mod style;

@@ -1,7 +1,8 @@
 //! The look shared by every report: the page's style sheet, the plot palette and font sizes.
 
 /// The style sheet of every page. Tables: left-aligned label columns (`td.l`), right-aligned
-/// numbers, a header that stays visible while scrolling; plots wrap in rows.
+/// numbers, long text wrapped, a line between groups of rows, scrolling sideways when wider
+/// than the page. Plots wrap in rows.
 pub const CSS: &str = "\
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;\
 margin:1.5em 2em;max-width:1400px;color:#222;line-height:1.4}\
@@ -10,11 +11,13 @@ h3{margin:1.2em 0 .3em}\
 nav{font-size:14px;margin:.4em 0 1em}nav a{margin-right:1.2em;color:#1f5fa8}\
 table{border-collapse:collapse;font-size:12.5px;margin:.3em 0 1em}\
 th,td{border:1px solid #d4d4d4;padding:2px 7px;text-align:right;white-space:nowrap}\
-th{background:#f2f2f2;position:sticky;top:0}td.l,th.l{text-align:left}\
-tbody tr:nth-child(even){background:#fafafa}\
+th{background:#f2f2f2}td.l,th.l{text-align:left}\
+tbody tr:nth-child(even){background:#fafafa}tr.group td{border-top:2px solid #888}\
+.table{overflow-x:auto;max-width:100%}\
 td.good{color:#17692f;font-weight:600}td.bad{color:#b3261e;font-weight:600}\
 td.strong{font-weight:600}td.muted{color:#888}\
-table.facts th{text-align:left;background:none;border:none;padding:1px 12px 1px 0;position:static}\
+td.wrap{white-space:normal;text-align:left;min-width:24ch;max-width:60ch}\
+table.facts th{text-align:left;background:none;border:none;padding:1px 12px 1px 0}\
 table.facts td{text-align:left;border:none;padding:1px 0;white-space:normal}\
 .plots{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}\
 .plots svg{max-width:100%;height:auto;border:1px solid #e4e4e4}\

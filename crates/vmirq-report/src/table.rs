@@ -64,12 +64,17 @@ impl From<&str> for Cell {
     }
 }
 
+/// Cells with more characters than this wrap in HTML (explanations, error messages).
+const WRAP_CHARS: usize = 48;
+
 /// Rows of cells under a header.
 #[derive(Debug, Clone, Default)]
 pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<Cell>>,
     left: usize,
+    /// Rows that start a new group (a line above in HTML, a blank line in text).
+    groups: Vec<usize>,
 }
 
 impl Table {
@@ -80,6 +85,7 @@ impl Table {
             header: header.iter().map(|s| (*s).to_owned()).collect(),
             rows: Vec::new(),
             left: 0,
+            groups: Vec::new(),
         }
     }
 
@@ -93,6 +99,13 @@ impl Table {
     /// Append a row (missing cells print empty, extra cells are dropped).
     pub fn row<C: Into<Cell>, I: IntoIterator<Item = C>>(&mut self, cells: I) {
         self.rows.push(cells.into_iter().map(Into::into).collect());
+    }
+
+    /// Start a new group of rows with the next row (after at least one row).
+    pub fn group(&mut self) {
+        if !self.rows.is_empty() && self.groups.last() != Some(&self.rows.len()) {
+            self.groups.push(self.rows.len());
+        }
     }
 
     /// Number of rows.
@@ -139,7 +152,10 @@ impl Table {
             out.push('\n');
         };
         line(&|i| self.header[i].clone());
-        for row in &self.rows {
+        for (r, row) in self.rows.iter().enumerate() {
+            if self.groups.contains(&r) {
+                line(&|_| String::new());
+            }
             line(&|i| Self::cell(row, i).to_owned());
         }
         out
@@ -154,8 +170,12 @@ impl Table {
             let _ = write!(out, "<th{class}>{}</th>", escape(h));
         }
         out.push_str("</tr></thead><tbody>");
-        for row in &self.rows {
-            out.push_str("<tr>");
+        for (r, row) in self.rows.iter().enumerate() {
+            out.push_str(if self.groups.contains(&r) {
+                "<tr class=\"group\">"
+            } else {
+                "<tr>"
+            });
             for i in 0..self.header.len() {
                 let cell = row.get(i);
                 let mut classes: Vec<&str> = Vec::new();
@@ -164,6 +184,9 @@ impl Table {
                 }
                 if let Some(c) = cell.and_then(|c| c.tone.class()) {
                     classes.push(c);
+                }
+                if cell.is_some_and(|c| c.text.chars().count() > WRAP_CHARS) {
+                    classes.push("wrap");
                 }
                 if classes.is_empty() {
                     out.push_str("<td>");
@@ -212,8 +235,31 @@ mod tests {
         assert!(html.contains("<th class=\"l\">&lt;h&gt;</th>"));
         assert!(html.contains("<td class=\"l\">a&amp;b</td>"));
         assert!(html.contains("<td class=\"good\">1.20x</td>"));
-        assert!(!html.contains("extra"), "cells beyond the header are dropped");
+        assert!(
+            !html.contains("extra"),
+            "cells beyond the header are dropped"
+        );
         assert_eq!(html.matches("<td").count(), 2);
+    }
+
+    #[test]
+    fn groups_are_separated() {
+        let mut t = Table::new(&["a"]);
+        t.group();
+        t.row(["1"]);
+        t.group();
+        t.group();
+        t.row(["2"]);
+        assert_eq!(t.to_text(), "a\n1\n\n2\n");
+        assert_eq!(t.to_html().matches("<tr class=\"group\">").count(), 1);
+    }
+
+    #[test]
+    fn long_text_wraps() {
+        let mut t = Table::new(&["a", "b"]);
+        t.row(["x".repeat(WRAP_CHARS + 1), "y".to_owned()]);
+        assert!(t.to_html().contains("<td class=\"wrap\">xxx"));
+        assert!(t.to_html().contains("<td>y</td>"));
     }
 
     #[test]

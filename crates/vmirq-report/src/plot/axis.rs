@@ -66,9 +66,11 @@ impl Coord {
         }
     }
 
-    /// A log axis over the positive `values`: ticked at the values themselves when they are
-    /// few (queue depths), else at powers of ten (with 2 and 5 between over short spans).
-    pub fn log(values: &[f64]) -> Self {
+    /// A log axis over the positive `values`. With `data_ticks` and few values (queue
+    /// depths) it is ticked at the values themselves; otherwise it starts at the power of ten
+    /// below the smallest value and is ticked at 1, 2 and 5 times powers of ten (powers of
+    /// ten only over more than three decades).
+    pub fn log(values: &[f64], data_ticks: bool) -> Self {
         let mut xs: Vec<f64> = values
             .iter()
             .copied()
@@ -84,7 +86,7 @@ impl Coord {
                 ticks: vec![1.0, 10.0],
             };
         };
-        if xs.len() <= DATA_TICKS_MAX {
+        if data_ticks && xs.len() <= DATA_TICKS_MAX {
             // A little room either side so the end points are not on the frame.
             let pad = if hi > lo { (hi / lo).powf(0.04) } else { 2.0 };
             return Self {
@@ -94,23 +96,27 @@ impl Coord {
                 ticks: xs,
             };
         }
-        let (d0, mut d1) = (lo.log10().floor(), hi.log10().ceil());
-        if d1 <= d0 {
-            d1 = d0 + 1.0;
-        }
+        let d0 = lo.log10().floor();
+        let start = 10f64.powf(d0);
+        let end = if hi * 1.05 > start * 1.5 {
+            hi * 1.05
+        } else {
+            start * 10.0
+        };
+        let steps: &[f64] = if end / start > 1e3 {
+            &[1.0]
+        } else {
+            &[1.0, 2.0, 5.0]
+        };
         let mut ticks = Vec::new();
-        let mut d = d0;
-        while d <= d1 {
-            let p = 10f64.powf(d);
-            ticks.push(p);
-            if d1 - d0 <= 2.0 && d < d1 {
-                ticks.extend([2.0 * p, 5.0 * p]);
-            }
-            d += 1.0;
+        let mut p = start;
+        while p <= end {
+            ticks.extend(steps.iter().map(|m| m * p).filter(|t| *t <= end));
+            p *= 10.0;
         }
         Self {
-            lo: 10f64.powf(d0),
-            hi: 10f64.powf(d1),
+            lo: start,
+            hi: end,
             scale: Scale::Log,
             ticks,
         }
@@ -272,20 +278,34 @@ mod tests {
 
     #[test]
     fn log_axes_tick_at_few_data_values_else_decades() {
-        let qd = Coord::log(&[1.0, 16.0, 128.0, 16.0, -1.0, f64::NAN]);
+        let qd = Coord::log(&[1.0, 16.0, 128.0, 16.0, -1.0, f64::NAN], true);
         assert_eq!(qd.ticks(), &[1.0, 16.0, 128.0]);
         assert!(qd.range().start < 1.0 && qd.range().end > 128.0);
         let many: Vec<f64> = (1..=100).map(|i| f64::from(i) * 37.0).collect();
-        let d = Coord::log(&many);
-        assert_eq!(d.range(), 10.0..10_000.0);
-        assert_eq!(d.ticks(), &[10.0, 100.0, 1000.0, 10_000.0]);
-        let empty = Coord::log(&[0.0]);
+        let d = Coord::log(&many, true);
+        assert_eq!(d.range().start, 10.0);
+        assert!((d.range().end - 3700.0 * 1.05).abs() < 1e-9);
+        assert_eq!(
+            d.ticks(),
+            &[10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0]
+        );
+        // Few values without data ticks (bar lengths): round ticks.
+        let bars = Coord::log(&[3.0, 172.0], false);
+        assert_eq!(bars.range().start, 1.0);
+        assert_eq!(bars.ticks(), &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        // Over more than three decades, powers of ten only.
+        let wide = Coord::log(&[0.5, 2e4], false);
+        assert_eq!(wide.ticks(), &[0.1, 1.0, 10.0, 100.0, 1000.0, 10_000.0]);
+        let empty = Coord::log(&[0.0], true);
         assert_eq!(empty.range(), 1.0..10.0);
     }
 
     #[test]
     fn log_axes_map_ratios_to_equal_steps() {
-        let a = Coord::log(&(1..=20).map(|i| f64::from(i) * 10.0).collect::<Vec<_>>());
+        let a = Coord::log(
+            &(1..=20).map(|i| f64::from(i) * 60.0).collect::<Vec<_>>(),
+            true,
+        );
         let (p10, p100, p1000) = (
             a.map(&10.0, (0, 300)),
             a.map(&100.0, (0, 300)),

@@ -2,7 +2,7 @@
 //! the left where long names fit), one bar per series in each group. The height grows with
 //! the number of bars; few bars carry their value at their end.
 
-use super::axis::{label, Coord};
+use super::axis::{label, Coord, Scale};
 use super::frame::{self, color, Area, DrawResult, Mark};
 use super::Svg;
 use crate::style::{AXIS_PT, CHAR_PX, FONT, TICK_PT};
@@ -27,8 +27,10 @@ struct Bars {
 pub struct BarChart {
     title: String,
     value_label: String,
+    scale: Scale,
     categories: Vec<String>,
     series: Vec<Bars>,
+    reference: Option<f64>,
     width: u32,
 }
 
@@ -39,8 +41,10 @@ impl BarChart {
         Self {
             title: title.into(),
             value_label: String::new(),
+            scale: Scale::Linear,
             categories: Vec::new(),
             series: Vec::new(),
+            reference: None,
             width: 640,
         }
     }
@@ -49,6 +53,14 @@ impl BarChart {
     #[must_use]
     pub fn values(mut self, label: impl Into<String>) -> Self {
         self.value_label = label.into();
+        self
+    }
+
+    /// Scale of the value axis; on a log scale bars start at the power of ten below the
+    /// smallest value and values that are not positive have no bar.
+    #[must_use]
+    pub fn scale(mut self, scale: Scale) -> Self {
+        self.scale = scale;
         self
     }
 
@@ -80,6 +92,13 @@ impl BarChart {
         self
     }
 
+    /// Draw a line across the bars at `value` (for example 1 on a chart of ratios).
+    #[must_use]
+    pub fn reference(mut self, value: f64) -> Self {
+        self.reference = Some(value).filter(|v| v.is_finite());
+        self
+    }
+
     /// Width in pixels (the height follows from the number of bars).
     #[must_use]
     pub fn width(mut self, width: u32) -> Self {
@@ -92,7 +111,7 @@ impl BarChart {
             .get(series)
             .and_then(|s| s.values.get(category))
             .copied()
-            .filter(|v| v.is_finite())
+            .filter(|v| v.is_finite() && (self.scale == Scale::Linear || *v > 0.0))
     }
 
     fn bar_px(&self) -> u32 {
@@ -120,9 +139,18 @@ impl BarChart {
             .flat_map(|s| (0..self.categories.len()).filter_map(move |c| (s, c).into()))
             .filter_map(|(s, c)| self.value(s, c))
             .collect();
-        let lo = values.iter().copied().fold(0.0, f64::min);
-        let hi = values.iter().copied().fold(0.0, f64::max);
-        let xa = Coord::linear(lo, hi);
+        let ends: Vec<f64> = values
+            .iter()
+            .chain(self.reference.as_ref())
+            .copied()
+            .collect();
+        let xa = match self.scale {
+            Scale::Linear => Coord::linear(
+                ends.iter().copied().fold(0.0, f64::min),
+                ends.iter().copied().fold(0.0, f64::max),
+            ),
+            Scale::Log => Coord::log(&ends, false),
+        };
         let entries: Vec<frame::Entry> = self
             .series
             .iter()
@@ -143,10 +171,7 @@ impl BarChart {
             reason = "ticks are category centres 0.5..n"
         )]
         let row = tick.max(0.0).floor() as usize;
-        let Some(name) = n
-            .checked_sub(row + 1)
-            .and_then(|i| self.categories.get(i))
-        else {
+        let Some(name) = n.checked_sub(row + 1).and_then(|i| self.categories.get(i)) else {
             return String::new();
         };
         if name.chars().count() <= CATEGORY_CHARS_MAX {
@@ -222,6 +247,14 @@ impl BarChart {
                 }
             }
         }
+        if let Some(r) = self.reference {
+            #[allow(clippy::cast_precision_loss, reason = "a small count")]
+            let top = n as f64;
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(r, 0.0), (r, top)],
+                RGBColor(0x33, 0x33, 0x33).stroke_width(2),
+            )))?;
+        }
         Ok(())
     }
 }
@@ -246,11 +279,61 @@ mod tests {
         assert_well_formed(s);
         // Three bars, two legend squares, one canvas, and the plot frame rectangles plotters
         // draws none of: count the filled bars by their palette colours.
-        assert_eq!(s.matches("fill=\"#1F77B4\"").count(), 1 + 1, "one p50 bar + legend");
-        assert_eq!(s.matches("fill=\"#D62728\"").count(), 2 + 1, "two p99 bars + legend");
-        for text in ["irqfd poll 0", "ipi poll 200", "55.5", "p99 &amp; more", "wake &lt;latency&gt;"] {
+        assert_eq!(
+            s.matches("fill=\"#1F77B4\"").count(),
+            1 + 1,
+            "one p50 bar + legend"
+        );
+        assert_eq!(
+            s.matches("fill=\"#D62728\"").count(),
+            2 + 1,
+            "two p99 bars + legend"
+        );
+        for text in [
+            "irqfd poll 0",
+            "ipi poll 200",
+            "55.5",
+            "p99 &amp; more",
+            "wake &lt;latency&gt;",
+        ] {
             assert!(s.contains(text), "{text}");
         }
+    }
+
+    #[test]
+    fn log_bars_leave_out_values_that_are_not_positive() {
+        let svg = BarChart::new("cpu")
+            .scale(Scale::Log)
+            .categories(["a", "b", "c"])
+            .series("s", vec![3.0, 0.0, 172.0])
+            .series("t", vec![5.0, 7.0, -1.0])
+            .svg();
+        let s = svg.as_str();
+        assert_well_formed(s);
+        assert_eq!(
+            s.matches("fill=\"#1F77B4\"").count(),
+            2 + 1,
+            "two bars and legend"
+        );
+        assert_eq!(
+            s.matches("fill=\"#D62728\"").count(),
+            2 + 1,
+            "two bars and legend"
+        );
+        assert!(s.contains(">\n100\n<"), "a tick at 100");
+    }
+
+    #[test]
+    fn a_reference_line_is_in_range() {
+        let svg = BarChart::new("ratio")
+            .categories(["a"])
+            .series("s", vec![0.5])
+            .reference(1.0)
+            .svg();
+        assert_well_formed(svg.as_str());
+        assert!(svg
+            .as_str()
+            .contains("stroke=\"#333333\" stroke-width=\"2\""));
     }
 
     #[test]

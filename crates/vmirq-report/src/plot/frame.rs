@@ -87,8 +87,9 @@ fn draw_legend(area: &Area<'_>, entries: &[Entry], mark: Mark) -> DrawResult {
     Ok(())
 }
 
-/// Draw a plot of `size` pixels: canvas, `title`, the legend of `entries`, then `body` on
-/// the area left for the chart. A drawing error gives an SVG that says so.
+/// Draw a plot of `size` pixels: canvas, `title`, the legend of `entries` (none for a single
+/// series: the title names it), then `body` on the area left for the chart. A drawing error
+/// gives an SVG that says so.
 pub fn render(
     size: (u32, u32),
     title: &str,
@@ -100,7 +101,9 @@ pub fn render(
     let result = (|| -> DrawResult {
         let root = SVGBackend::with_string(&mut buf, size).into_drawing_area();
         root.fill(&WHITE)?;
-        let below_title = root.titled(title, (FONT, TITLE_PT).into_font().style(FontStyle::Bold))?;
+        let below_title =
+            root.titled(title, (FONT, TITLE_PT).into_font().style(FontStyle::Bold))?;
+        let entries = if entries.len() >= 2 { entries } else { &[] };
         let lw = legend_width(entries);
         let (chart, legend) = below_title.split_horizontally(size.0.saturating_sub(lw));
         if lw > 0 {
