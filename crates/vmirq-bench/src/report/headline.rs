@@ -85,7 +85,7 @@ pub fn sentence(cells: &[CellResult]) -> String {
     let who = if defaults {
         "vmirq serve with its defaults (target vmirq)".to_owned()
     } else {
-        "The best vmirq configuration of each job (this run has no defaults target `vmirq`)"
+        "The best vmirq configuration of each job (this run has no defaults target \"vmirq\")"
             .to_owned()
     };
     let ratios: Vec<f64> = leads
@@ -181,9 +181,9 @@ pub fn per_job(cells: &[CellResult]) -> Table {
     let mut t = Table::new(&[
         "job",
         "winner",
-        "winner IOPS",
         "vmirq target",
-        "IOPS",
+        "winner IOPS",
+        "vmirq IOPS",
         "IOPS vs peer",
         "p99 vs peer",
         "notif/IO",
@@ -192,7 +192,7 @@ pub fn per_job(cells: &[CellResult]) -> Table {
         "peer CPU/IO",
         "CPU/IO vs peer",
     ])
-    .left_aligned(2);
+    .left_aligned(3);
     let peer = group::peer();
     let defaults = has_defaults(cells);
     for j in jobs(cells) {
@@ -214,8 +214,8 @@ pub fn per_job(cells: &[CellResult]) -> Table {
         t.row([
             Cell::from(job_label(j)),
             w_name,
-            num(w, &|c| iops(c.iops)),
             num(l, &|c| c.target.clone()),
+            num(w, &|c| iops(c.iops)),
             num(l, &|c| iops(c.iops)),
             ratio(l.and_then(|c| c.vs_peer).map(|v| v.iops), true),
             ratio(l.and_then(|c| c.vs_peer).map(|v| v.p99), false),

@@ -268,8 +268,8 @@ mod tests {
         );
         // The per-job rows name vmirq:vic the winner and compare the defaults with the peer.
         assert!(page.contains(
-            "<td class=\"l good\">vmirq:vic</td><td>24.8k</td><td>vmirq</td><td>19.8k</td>\
-             <td class=\"good\">1.20x</td>"
+            "<td class=\"l good\">vmirq:vic</td><td class=\"l\">vmirq</td><td>24.8k</td>\
+             <td>19.8k</td><td class=\"good\">1.20x</td>"
         ));
     }
 
