@@ -17,7 +17,7 @@ tbody tr:nth-child(even){background:#fafafa}tr.group td{border-top:2px solid #88
 td.good{color:#17692f;font-weight:600}td.bad{color:#b3261e;font-weight:600}\
 td.strong{font-weight:600}td.muted{color:#888}\
 td.wrap{white-space:normal;text-align:left;min-width:24ch;max-width:60ch}\
-table.facts th{text-align:left;background:none;border:none;padding:1px 12px 1px 0}\
+table.facts tbody tr{background:none}table.facts th{text-align:left;background:none;border:none;padding:1px 12px 1px 0}\
 table.facts td{text-align:left;border:none;padding:1px 0;white-space:normal}\
 .plots{display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start}\
 .plots svg{max-width:100%;height:auto;border:1px solid #e4e4e4}\

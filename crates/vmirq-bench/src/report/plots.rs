@@ -8,15 +8,17 @@ use crate::results::CellResult;
 use crate::stats::as_f64;
 use vmirq_report::{BarChart, LineChart, Scale, Series, Svg};
 
-/// IOPS of every target but bare and the peer divided by the peer's, per job (the line at
-/// 1 is the peer). `None` when the peer did not run.
+/// IOPS of every target but bare and the peer divided by the peer's, per job: bars grow
+/// from the peer's line at 1, on a log scale so that half and double are as long. `None`
+/// when the peer did not run.
 #[must_use]
 pub fn vs_peer(cells: &[CellResult]) -> Option<Svg> {
     let ts = targets(cells);
     let peer = group::peer();
     let js = jobs(cells);
     let mut chart = BarChart::new(format!("IOPS relative to {peer} (1 = the peer)"))
-        .values("IOPS / peer IOPS (median of repetitions)")
+        .values("IOPS / peer IOPS (median of repetitions, log scale)")
+        .scale(Scale::Log)
         .categories(js.iter().map(|j| job_label(j)))
         .reference(1.0)
         .width(900);

@@ -92,7 +92,9 @@ impl BarChart {
         self
     }
 
-    /// Draw a line across the bars at `value` (for example 1 on a chart of ratios).
+    /// Draw a line across the chart at `value` and let the bars grow from it, to the left
+    /// for smaller values and to the right for larger ones (1 on a chart of ratios, best on a
+    /// log scale where 0.5 and 2 are equally long). Ignored unless the axis can show it.
     #[must_use]
     pub fn reference(mut self, value: f64) -> Self {
         self.reference = Some(value).filter(|v| v.is_finite());
@@ -199,7 +201,10 @@ impl BarChart {
         )]
         let y_area = (chars as f64 * CHAR_PX + 18.0).round() as u32;
         let with_values = bars <= VALUES_MAX;
-        let zero = xa.lo().max(0.0);
+        let reference = self
+            .reference
+            .filter(|r| self.scale == Scale::Linear || *r > 0.0);
+        let zero = reference.unwrap_or_else(|| xa.lo().max(0.0));
         let mut chart = ChartBuilder::on(area)
             .margin(8)
             .margin_right(if with_values { 48 } else { 16 })
@@ -247,7 +252,7 @@ impl BarChart {
                 }
             }
         }
-        if let Some(r) = self.reference {
+        if let Some(r) = reference {
             #[allow(clippy::cast_precision_loss, reason = "a small count")]
             let top = n as f64;
             chart.draw_series(std::iter::once(PathElement::new(
@@ -324,16 +329,42 @@ mod tests {
     }
 
     #[test]
-    fn a_reference_line_is_in_range() {
+    fn bars_grow_from_the_reference_line_both_ways() {
         let svg = BarChart::new("ratio")
+            .scale(Scale::Log)
             .categories(["a"])
-            .series("s", vec![0.5])
+            .series("worse", vec![0.5])
+            .series("better", vec![2.0])
             .reference(1.0)
             .svg();
-        assert_well_formed(svg.as_str());
-        assert!(svg
-            .as_str()
-            .contains("stroke=\"#333333\" stroke-width=\"2\""));
+        let s = svg.as_str();
+        assert_well_formed(s);
+        assert!(s.contains("stroke=\"#333333\" stroke-width=\"2\""));
+        // The bar of a colour is its last rectangle (the legend's square comes first).
+        let bar = |colour: &str| -> (i32, i32) {
+            let at = s.rfind(&format!("fill=\"{colour}\"")).expect("bar");
+            let tag = &s[s[..at].rfind("<rect").expect("rect")..at];
+            let num = |k: &str| -> i32 {
+                let i = tag.find(&format!(" {k}=\"")).expect(k) + k.len() + 3;
+                tag[i..]
+                    .split('"')
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("number")
+            };
+            (num("x"), num("width"))
+        };
+        let (worse_x, worse_w) = bar("#1F77B4");
+        let (better_x, better_w) = bar("#D62728");
+        // On a log axis 0.5 and 2 are as long as each other, on either side of 1.
+        assert!(
+            worse_w > 20 && (worse_w - better_w).abs() <= 1,
+            "{worse_w} vs {better_w}"
+        );
+        assert!(
+            (worse_x + worse_w - better_x).abs() <= 1,
+            "both end at the line"
+        );
     }
 
     #[test]
