@@ -12,7 +12,8 @@
 //! - [`host`]: the host model; [`workload`]: what the guests do; [`sync`]: guest kernel
 //!   synchronization (TLB shootdowns, spinlocks, PLE) on the host model.
 //! - [`model`]: a run's configuration; [`sim`]: one run; [`scenario`]: scenario files,
-//!   run variants, published-vs-simulated checks and sweeps; [`report`]: text, JSON, HTML.
+//!   run variants, published-vs-simulated checks; [`sweep`]: parameter grids, on this
+//!   machine or a Dask cluster; [`report`]: text, JSON, HTML.
 #![forbid(unsafe_code)]
 
 pub mod checks;
@@ -26,6 +27,7 @@ pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sim;
+pub mod sweep;
 pub mod sync;
 pub mod workload;
 
