@@ -256,6 +256,8 @@ mod tests {
         SweepPoint {
             point: vec![axis.to_owned(), "b=\"x\"".to_owned()],
             run: run.to_owned(),
+            seed: 1,
+            digest: String::new(),
             values: [("m".to_owned(), m)].into_iter().collect(),
         }
     }
