@@ -188,7 +188,11 @@ fuzz_target!(|ops: Vec<Op>| {
     let server = server();
     let thread = std::thread::spawn(move || server.serve_connection(back));
     front.set_write_timeout(Some(Duration::from_millis(200))).expect("timeout");
-    let mut s = Session::prepare(RawFrontend::from_stream(front), QUEUES, SIZE).expect("session");
+    let mut fe = RawFrontend::from_stream(front);
+    // A reply that does not come (the backend waits for the rest of a lying message) costs
+    // this much, not the default 5 s.
+    fe.set_reply_timeout(Duration::from_millis(50));
+    let mut s = Session::prepare(fe, QUEUES, SIZE).expect("session");
     for op in ops.into_iter().take(48) {
         run(&mut s, op);
     }
