@@ -467,3 +467,170 @@ fn no_overlap(regions: &[Region], g: Region) -> Result<(), Refusal> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const LIMITS: Limits = Limits {
+        queues: 2,
+        max_queue_size: 256,
+    };
+
+    fn msg(request: u32, payload: Vec<u8>, files: Vec<File>) -> Message {
+        Message {
+            request,
+            flags: 1,
+            payload,
+            files,
+        }
+    }
+
+    fn state(index: u32, num: u32) -> Vec<u8> {
+        let mut p = index.to_le_bytes().to_vec();
+        p.extend_from_slice(&num.to_le_bytes());
+        p
+    }
+
+    /// A regular file of `len` bytes (a stand-in for a memfd).
+    fn file(len: usize) -> File {
+        let mut f = tempfile_in_tmp();
+        f.write_all(&vec![0u8; len]).expect("write");
+        f
+    }
+
+    fn tempfile_in_tmp() -> File {
+        let path = std::env::temp_dir().join(format!(
+            "vmirq-rules-{}-{}",
+            std::process::id(),
+            crate::clock::now_ns()
+        ));
+        let f = std::fs::OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("temp file");
+        let _ = std::fs::remove_file(&path);
+        f
+    }
+
+    fn table(regions: &[(u64, u64, u64, u64)]) -> Vec<u8> {
+        let mut p = u32::try_from(regions.len())
+            .expect("count")
+            .to_le_bytes()
+            .to_vec();
+        p.extend_from_slice(&[0; 4]);
+        for &(a, b, c, d) in regions {
+            for v in [a, b, c, d] {
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        p
+    }
+
+    fn owned() -> Rules {
+        let mut r = Rules::new(LIMITS);
+        r.check(&msg(code::SET_OWNER, vec![], vec![]))
+            .expect("owner");
+        r
+    }
+
+    #[test]
+    fn device_changes_before_set_owner_are_refused_and_queries_answered() {
+        let mut r = Rules::new(LIMITS);
+        assert_eq!(r.check(&msg(code::GET_FEATURES, vec![], vec![])), Ok(()));
+        assert_eq!(
+            r.check(&msg(code::SET_VRING_NUM, state(0, 64), vec![])),
+            Err(Refusal::BeforeOwner(code::SET_VRING_NUM))
+        );
+    }
+
+    #[test]
+    fn queue_sizes_must_be_powers_of_two_up_to_the_maximum() {
+        let mut r = owned();
+        assert_eq!(
+            r.check(&msg(code::SET_VRING_NUM, state(1, 128), vec![])),
+            Ok(())
+        );
+        for num in [0, 3, 512, 1 << 16] {
+            assert_eq!(
+                r.check(&msg(code::SET_VRING_NUM, state(0, num), vec![])),
+                Err(Refusal::QueueSize { num, max: 256 })
+            );
+        }
+        assert!(matches!(
+            r.check(&msg(code::SET_VRING_NUM, state(2, 64), vec![])),
+            Err(Refusal::VringIndex { index: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn regions_must_fit_their_files_and_not_overlap() {
+        let mut r = owned();
+        let ok = table(&[(0, 4096, 0x1000_0000, 0)]);
+        assert_eq!(
+            r.check(&msg(code::SET_MEM_TABLE, ok, vec![file(4096)])),
+            Ok(())
+        );
+        let past = table(&[(0, 8192, 0x1000_0000, 0)]);
+        assert_eq!(
+            r.check(&msg(code::SET_MEM_TABLE, past, vec![file(4096)])),
+            Err(Refusal::PastEof {
+                index: 0,
+                size: 8192,
+                offset: 0,
+                file_len: 4096
+            })
+        );
+        let overlap = table(&[(0, 4096, 0x1000_0000, 0), (1 << 20, 4096, 0x1000_0800, 0)]);
+        assert!(matches!(
+            r.check(&msg(
+                code::SET_MEM_TABLE,
+                overlap,
+                vec![file(4096), file(4096)]
+            )),
+            Err(Refusal::Overlap {
+                what: "frontend",
+                ..
+            })
+        ));
+        let missing_fd = table(&[(0, 4096, 0x1000_0000, 0)]);
+        assert!(matches!(
+            r.check(&msg(code::SET_MEM_TABLE, missing_fd, vec![])),
+            Err(Refusal::Fds {
+                got: 0,
+                want: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rings_must_lie_inside_one_region() {
+        let mut r = owned();
+        let t = table(&[(0, 8192, 0x1000_0000, 0)]);
+        r.check(&msg(code::SET_MEM_TABLE, t, vec![file(8192)]))
+            .expect("table");
+        r.check(&msg(code::SET_VRING_NUM, state(0, 256), vec![]))
+            .expect("num");
+        let addr = |desc: u64, avail: u64, used: u64| {
+            let mut p = vec![0u8; 8];
+            for v in [desc, used, avail, 0] {
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+            msg(code::SET_VRING_ADDR, p, vec![])
+        };
+        let base = 0x1000_0000;
+        // 256 descriptors are 4096 bytes; the used ring (2054 bytes) fits after 4096 + 518.
+        assert_eq!(r.check(&addr(base, base + 4096, base + 4096 + 520)), Ok(()));
+        assert!(matches!(
+            r.check(&addr(base + 4096 + 16, base, base + 520)),
+            Err(Refusal::RingOutside {
+                ring: "descriptor",
+                ..
+            })
+        ));
+    }
+}
