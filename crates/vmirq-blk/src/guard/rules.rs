@@ -4,9 +4,10 @@
 //! rust-vmm's `vhost` already checks the framing (header version and flags, payload sizes,
 //! descriptor counts, ring alignment, vring indices of most messages). What it leaves out,
 //! and what is checked here:
-//! - messages that change the device before SET_OWNER (QEMU sends GET_FEATURES,
-//!   GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES, GET_QUEUE_NUM and GET_MAX_MEM_SLOTS
-//!   first; those, and GET_CONFIG, are allowed);
+//! - messages that change the device before SET_OWNER (QEMU's vhost-user backend init sends
+//!   GET_FEATURES, GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES, GET_QUEUE_NUM,
+//!   GET_MAX_MEM_SLOTS and, with BACKEND_REQ, SET_BACKEND_REQ_FD before SET_OWNER; those, and
+//!   GET_CONFIG, are allowed);
 //! - SET_VRING_NUM that is not a power of two (vhost-user-backend acks it and keeps the old
 //!   size, so the backend would use rings larger than the frontend laid out);
 //! - SET_VRING_BASE above 16 bits and SET_VRING_KICK/CALL/ERR with bits other than the index
@@ -37,6 +38,7 @@ mod code {
     pub const SET_PROTOCOL_FEATURES: u32 = 16;
     pub const GET_QUEUE_NUM: u32 = 17;
     pub const SET_VRING_ENABLE: u32 = 18;
+    pub const SET_BACKEND_REQ_FD: u32 = 21;
     pub const GET_CONFIG: u32 = 24;
     pub const GET_MAX_MEM_SLOTS: u32 = 36;
     pub const ADD_MEM_REG: u32 = 37;
@@ -227,6 +229,7 @@ impl Rules {
                 | code::SET_PROTOCOL_FEATURES
                 | code::GET_QUEUE_NUM
                 | code::GET_MAX_MEM_SLOTS
+                | code::SET_BACKEND_REQ_FD
                 | code::GET_CONFIG
         );
         if !self.owner && !before_owner_ok {
@@ -378,7 +381,7 @@ impl Rules {
 /// Messages that may carry descriptors (their counts are checked where they are handled, or
 /// by `vhost` for the ones this device does not implement).
 fn takes_fds(request: u32) -> bool {
-    // SET_LOG_BASE 6, SET_LOG_FD 7, SET_BACKEND_REQ_FD 21, SET_INFLIGHT_FD 32,
+    // SET_LOG_BASE 6, SET_LOG_FD 7, SET_INFLIGHT_FD 32,
     // GPU_SET_SOCKET 33, REM_MEM_REG 38 (one tolerated for compatibility),
     // SET_DEVICE_STATE_FD 42, and the ones checked above.
     matches!(
@@ -389,7 +392,7 @@ fn takes_fds(request: u32) -> bool {
             | code::SET_VRING_KICK
             | code::SET_VRING_CALL
             | code::SET_VRING_ERR
-            | 21
+            | code::SET_BACKEND_REQ_FD
             | 32
             | 33
             | code::ADD_MEM_REG
