@@ -13,3 +13,23 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup first" >&2; exit 1; }
+
+# Dask distributed for `vmirq sim sweep --engine dask` and its test, in a venv under the
+# repository's target dir (no system pip): target/py/bin/python. Debian's python3 needs the
+# python3-venv package for `python3 -m venv` (ensurepip), so a failed venv installs it.
+cd "$(dirname "$0")/.."
+py_env=target/py
+dask_version=2026.8.0
+if ! "$py_env/bin/python" -c "import distributed, sys; sys.exit(distributed.__version__ != '$dask_version')" 2>/dev/null; then
+  rm -rf "$py_env"
+  if ! command -v python3 >/dev/null || ! python3 -m venv "$py_env" 2>/dev/null; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3 python3-venv
+    rm -rf "$py_env"
+    python3 -m venv "$py_env"
+  fi
+  "$py_env/bin/python" -m pip install -q --disable-pip-version-check "distributed==$dask_version"
+fi
+"$py_env/bin/python" -c 'import distributed; print("dask distributed", distributed.__version__)'

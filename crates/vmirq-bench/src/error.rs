@@ -75,6 +75,9 @@ pub enum BenchError {
     /// Serialising the JSON report failed.
     #[error("JSON serialisation failed")]
     Json(#[from] serde_json::Error),
+    /// A saved JSON report could not be read back.
+    #[error("not a vmirq bench JSON report")]
+    ReadJson(#[source] serde_json::Error),
 }
 
 impl BenchError {

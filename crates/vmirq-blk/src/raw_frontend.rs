@@ -97,7 +97,11 @@ impl Reply {
 /// A frontend that sends whatever it is told.
 pub struct RawFrontend {
     sock: UnixStream,
+    reply_timeout: Duration,
 }
+
+/// How long [`RawFrontend::call`] waits for a reply unless told otherwise.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl RawFrontend {
     /// Connect to `path`, retrying briefly while the server is between bind() and listen().
@@ -108,7 +112,7 @@ impl RawFrontend {
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
             match UnixStream::connect(path) {
-                Ok(sock) => return Ok(Self { sock }),
+                Ok(sock) => return Ok(Self::from_stream(sock)),
                 Err(e)
                     if e.kind() == io::ErrorKind::ConnectionRefused
                         && Instant::now() < deadline =>
@@ -123,7 +127,15 @@ impl RawFrontend {
     /// Use an already connected stream.
     #[must_use]
     pub fn from_stream(sock: UnixStream) -> Self {
-        Self { sock }
+        Self {
+            sock,
+            reply_timeout: REPLY_TIMEOUT,
+        }
+    }
+
+    /// How long [`RawFrontend::call`] waits for a reply (5 s by default).
+    pub fn set_reply_timeout(&mut self, timeout: Duration) {
+        self.reply_timeout = timeout;
     }
 
     /// The socket.
@@ -205,7 +217,7 @@ impl RawFrontend {
         {
             return Reply::Closed;
         }
-        self.recv(Duration::from_secs(5))
+        self.recv(self.reply_timeout)
     }
 
     /// Whether the backend closes the connection within `timeout` (replies are read and

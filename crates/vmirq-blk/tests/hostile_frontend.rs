@@ -489,3 +489,24 @@ fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts() {
     assert_fresh_connection_serves(&srv, 80);
     srv.stop();
 }
+
+/// A queue broken by a hostile chain, and the frontend simply goes away: the next connection
+/// gets fresh queues and serves on both.
+#[test]
+fn a_new_connection_recovers_a_broken_queue() {
+    let srv = server();
+    let mut s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
+    // A head outside the descriptor table.
+    s.queues[1].guest.publish(SIZE + 1);
+    s.kick(1).expect("kick");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.handle.counters()[1].broken == 0 {
+        assert!(Instant::now() < deadline, "queue 1 did not break");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(s.wait_used(1, 1, Duration::from_millis(50)), vec![]);
+    drop(s);
+    assert_fresh_connection_serves(&srv, 81);
+    assert_eq!(srv.handle.counters()[1].broken, 1);
+    srv.stop();
+}

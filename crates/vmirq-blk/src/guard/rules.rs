@@ -4,9 +4,10 @@
 //! rust-vmm's `vhost` already checks the framing (header version and flags, payload sizes,
 //! descriptor counts, ring alignment, vring indices of most messages). What it leaves out,
 //! and what is checked here:
-//! - messages that change the device before SET_OWNER (QEMU sends GET_FEATURES,
-//!   GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES, GET_QUEUE_NUM and GET_MAX_MEM_SLOTS
-//!   first; those, and GET_CONFIG, are allowed);
+//! - messages that change the device before SET_OWNER (QEMU's vhost-user backend init sends
+//!   GET_FEATURES, GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES, GET_QUEUE_NUM,
+//!   GET_MAX_MEM_SLOTS and, with BACKEND_REQ, SET_BACKEND_REQ_FD before SET_OWNER; those, and
+//!   GET_CONFIG, are allowed);
 //! - SET_VRING_NUM that is not a power of two (vhost-user-backend acks it and keeps the old
 //!   size, so the backend would use rings larger than the frontend laid out);
 //! - SET_VRING_BASE above 16 bits and SET_VRING_KICK/CALL/ERR with bits other than the index
@@ -37,6 +38,7 @@ mod code {
     pub const SET_PROTOCOL_FEATURES: u32 = 16;
     pub const GET_QUEUE_NUM: u32 = 17;
     pub const SET_VRING_ENABLE: u32 = 18;
+    pub const SET_BACKEND_REQ_FD: u32 = 21;
     pub const GET_CONFIG: u32 = 24;
     pub const GET_MAX_MEM_SLOTS: u32 = 36;
     pub const ADD_MEM_REG: u32 = 37;
@@ -227,6 +229,7 @@ impl Rules {
                 | code::SET_PROTOCOL_FEATURES
                 | code::GET_QUEUE_NUM
                 | code::GET_MAX_MEM_SLOTS
+                | code::SET_BACKEND_REQ_FD
                 | code::GET_CONFIG
         );
         if !self.owner && !before_owner_ok {
@@ -378,7 +381,7 @@ impl Rules {
 /// Messages that may carry descriptors (their counts are checked where they are handled, or
 /// by `vhost` for the ones this device does not implement).
 fn takes_fds(request: u32) -> bool {
-    // SET_LOG_BASE 6, SET_LOG_FD 7, SET_BACKEND_REQ_FD 21, SET_INFLIGHT_FD 32,
+    // SET_LOG_BASE 6, SET_LOG_FD 7, SET_INFLIGHT_FD 32,
     // GPU_SET_SOCKET 33, REM_MEM_REG 38 (one tolerated for compatibility),
     // SET_DEVICE_STATE_FD 42, and the ones checked above.
     matches!(
@@ -389,7 +392,7 @@ fn takes_fds(request: u32) -> bool {
             | code::SET_VRING_KICK
             | code::SET_VRING_CALL
             | code::SET_VRING_ERR
-            | 21
+            | code::SET_BACKEND_REQ_FD
             | 32
             | 33
             | code::ADD_MEM_REG
@@ -466,4 +469,171 @@ fn no_overlap(regions: &[Region], g: Region) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const LIMITS: Limits = Limits {
+        queues: 2,
+        max_queue_size: 256,
+    };
+
+    fn msg(request: u32, payload: Vec<u8>, files: Vec<File>) -> Message {
+        Message {
+            request,
+            flags: 1,
+            payload,
+            files,
+        }
+    }
+
+    fn state(index: u32, num: u32) -> Vec<u8> {
+        let mut p = index.to_le_bytes().to_vec();
+        p.extend_from_slice(&num.to_le_bytes());
+        p
+    }
+
+    /// A regular file of `len` bytes (a stand-in for a memfd).
+    fn file(len: usize) -> File {
+        let mut f = tempfile_in_tmp();
+        f.write_all(&vec![0u8; len]).expect("write");
+        f
+    }
+
+    fn tempfile_in_tmp() -> File {
+        let path = std::env::temp_dir().join(format!(
+            "vmirq-rules-{}-{}",
+            std::process::id(),
+            crate::clock::now_ns()
+        ));
+        let f = std::fs::OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("temp file");
+        let _ = std::fs::remove_file(&path);
+        f
+    }
+
+    fn table(regions: &[(u64, u64, u64, u64)]) -> Vec<u8> {
+        let mut p = u32::try_from(regions.len())
+            .expect("count")
+            .to_le_bytes()
+            .to_vec();
+        p.extend_from_slice(&[0; 4]);
+        for &(a, b, c, d) in regions {
+            for v in [a, b, c, d] {
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        p
+    }
+
+    fn owned() -> Rules {
+        let mut r = Rules::new(LIMITS);
+        r.check(&msg(code::SET_OWNER, vec![], vec![]))
+            .expect("owner");
+        r
+    }
+
+    #[test]
+    fn device_changes_before_set_owner_are_refused_and_queries_answered() {
+        let mut r = Rules::new(LIMITS);
+        assert_eq!(r.check(&msg(code::GET_FEATURES, vec![], vec![])), Ok(()));
+        assert_eq!(
+            r.check(&msg(code::SET_VRING_NUM, state(0, 64), vec![])),
+            Err(Refusal::BeforeOwner(code::SET_VRING_NUM))
+        );
+    }
+
+    #[test]
+    fn queue_sizes_must_be_powers_of_two_up_to_the_maximum() {
+        let mut r = owned();
+        assert_eq!(
+            r.check(&msg(code::SET_VRING_NUM, state(1, 128), vec![])),
+            Ok(())
+        );
+        for num in [0, 3, 512, 1 << 16] {
+            assert_eq!(
+                r.check(&msg(code::SET_VRING_NUM, state(0, num), vec![])),
+                Err(Refusal::QueueSize { num, max: 256 })
+            );
+        }
+        assert!(matches!(
+            r.check(&msg(code::SET_VRING_NUM, state(2, 64), vec![])),
+            Err(Refusal::VringIndex { index: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn regions_must_fit_their_files_and_not_overlap() {
+        let mut r = owned();
+        let ok = table(&[(0, 4096, 0x1000_0000, 0)]);
+        assert_eq!(
+            r.check(&msg(code::SET_MEM_TABLE, ok, vec![file(4096)])),
+            Ok(())
+        );
+        let past = table(&[(0, 8192, 0x1000_0000, 0)]);
+        assert_eq!(
+            r.check(&msg(code::SET_MEM_TABLE, past, vec![file(4096)])),
+            Err(Refusal::PastEof {
+                index: 0,
+                size: 8192,
+                offset: 0,
+                file_len: 4096
+            })
+        );
+        let overlap = table(&[(0, 4096, 0x1000_0000, 0), (1 << 20, 4096, 0x1000_0800, 0)]);
+        assert!(matches!(
+            r.check(&msg(
+                code::SET_MEM_TABLE,
+                overlap,
+                vec![file(4096), file(4096)]
+            )),
+            Err(Refusal::Overlap {
+                what: "frontend",
+                ..
+            })
+        ));
+        let missing_fd = table(&[(0, 4096, 0x1000_0000, 0)]);
+        assert!(matches!(
+            r.check(&msg(code::SET_MEM_TABLE, missing_fd, vec![])),
+            Err(Refusal::Fds {
+                got: 0,
+                want: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rings_must_lie_inside_one_region() {
+        let mut r = owned();
+        let t = table(&[(0, 8192, 0x1000_0000, 0)]);
+        r.check(&msg(code::SET_MEM_TABLE, t, vec![file(8192)]))
+            .expect("table");
+        r.check(&msg(code::SET_VRING_NUM, state(0, 256), vec![]))
+            .expect("num");
+        let addr = |desc: u64, avail: u64, used: u64| {
+            let mut p = vec![0u8; 8];
+            for v in [desc, used, avail, 0] {
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+            msg(code::SET_VRING_ADDR, p, vec![])
+        };
+        let base = 0x1000_0000;
+        // 256 descriptors are 4096 bytes; the used ring (2054 bytes) fits after 4096 + 518.
+        assert_eq!(r.check(&addr(base, base + 4096, base + 4096 + 520)), Ok(()));
+        assert!(matches!(
+            r.check(&addr(base + 4096 + 16, base, base + 520)),
+            Err(Refusal::RingOutside {
+                ring: "descriptor",
+                ..
+            })
+        ));
+    }
 }

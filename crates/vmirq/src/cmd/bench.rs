@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use vmirq_bench::cpu::Placement;
 use vmirq_bench::plan::Preset;
-use vmirq_bench::report::{html, summary, table};
+use vmirq_bench::report::{html, summary, table, Document};
 use vmirq_bench::session::{self, Options};
 use vmirq_bench::target::TargetSpec;
 
@@ -48,10 +48,31 @@ pub struct Args {
     /// Write a self-contained HTML report with plots.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Run nothing: read a report saved with `--json` and print (and with `--html`, write)
+    /// it again, for example with a newer report layout.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["quick", "full", "targets", "reps", "measure_ms", "no_peer", "no_kvm", "json"]
+    )]
+    from_json: Option<PathBuf>,
 }
 
-/// Run the bench and print the table.
+/// Run the bench (or read a saved report) and print the table.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let doc = match &args.from_json {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Document::from_json(&text).with_context(|| format!("reading {}", path.display()))?
+        }
+        None => measure(&args)?,
+    };
+    report(&args, &doc)
+}
+
+/// Run the benchmark the options describe.
+fn measure(args: &Args) -> anyhow::Result<Document> {
     let targets = args
         .targets
         .as_ref()
@@ -79,7 +100,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         no_kvm: args.no_kvm,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let doc = session::run(&opts, &vmirq_bench::progress::Bar::new())?;
+    Ok(session::run(&opts, &vmirq_bench::progress::Bar::new())?)
+}
+
+/// Print the table and summary; write the JSON and HTML files asked for.
+fn report(args: &Args, doc: &Document) -> anyhow::Result<ExitCode> {
     println!("{}", table::render(&doc.cells));
     print!("{}", summary::render(&doc.cells));
     print!("{}", vmirq_bench::kvm::render_text(&doc.kvm));
@@ -95,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("JSON: {}", path.display());
     }
     if let Some(path) = &args.html {
-        std::fs::write(path, html::render(&doc))
+        std::fs::write(path, html::render(doc))
             .with_context(|| format!("writing {}", path.display()))?;
         println!("HTML: {}", path.display());
     }
