@@ -350,7 +350,8 @@ fn one_boot(
     })
 }
 
-/// Group samples into cells and compute ratios to the peer per repetition.
+/// Group samples into cells (workload-major, targets in their order) and compute ratios to
+/// the peer per repetition.
 fn cells(targets: &[TargetSpec], samples: &[Sample]) -> Vec<GuestCell> {
     let peer = |rep: u32, w: usize| {
         samples
@@ -360,8 +361,8 @@ fn cells(targets: &[TargetSpec], samples: &[Sample]) -> Vec<GuestCell> {
             .map(|r| r.iops)
     };
     let mut out = Vec::new();
-    for target in targets {
-        for (w, workload) in WORKLOADS.iter().enumerate() {
+    for (w, workload) in WORKLOADS.iter().enumerate() {
+        for target in targets {
             let runs: Vec<GuestRun> = samples
                 .iter()
                 .filter(|s| s.target == *target)

@@ -27,7 +27,7 @@ pub fn render(r: &GuestReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<20} {:<26} {:>22} {:>22} {:>16}",
+        "{:<18} {:<22} {:>22} {:>22} {:>20}",
         "workload", "target", "IOPS (min..max)", "vs peer (min..max)", "irq/IO (min..max)"
     );
     let mut last = "";
@@ -51,7 +51,7 @@ pub fn render(r: &GuestReport) -> String {
         let irq = c.interrupts_per_io;
         let _ = writeln!(
             out,
-            "{:<20} {:<26} {:>22} {:>22} {:>16}",
+            "{:<18} {:<22} {:>22} {:>22} {:>20}",
             c.workload.name,
             c.target,
             format!(
