@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Installs what vmirq's commands and tests need on a Debian machine (run as root or with sudo):
-# qemu-storage-daemon (the benchmark peer, package qemu-system-common) and valgrind
-# (instruction counts). Rust itself comes from rustup (https://rustup.rs).
+# qemu-storage-daemon (the benchmark peer, package qemu-system-common), valgrind (instruction
+# counts), and the Linux test guest's parts (scripts/guest/README.md): QEMU, Debian's cloud
+# kernel, busybox-static, fio, e2fsprogs, util-linux, cpio, xz-utils and zstd. Rust itself comes
+# from rustup (https://rustup.rs).
 set -euo pipefail
 need=()
-command -v qemu-storage-daemon >/dev/null || need+=(qemu-system-common)
-command -v valgrind >/dev/null || need+=(valgrind)
+have() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+have qemu-storage-daemon || need+=(qemu-system-common)
+have valgrind || need+=(valgrind)
+have qemu-system-x86_64 || need+=(qemu-system-x86)
+ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 || need+=(linux-image-cloud-amd64)
+# busybox must be the static build: the guest's /init runs it with no libraries.
+[ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
+have fio || need+=(fio)
+have mkfs.ext4 || need+=(e2fsprogs)
+have blkdiscard || need+=(util-linux)
+have cpio || need+=(cpio)
+have xz || need+=(xz-utils)
+have zstd || need+=(zstd)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -72,6 +72,9 @@ pub enum BenchError {
         /// How long nothing completed.
         ms: u64,
     },
+    /// The Linux guest of `--guest` could not be prepared.
+    #[error("the guest harness failed")]
+    Guest(#[from] vmirq_guest::GuestError),
     /// Serialising the JSON report failed.
     #[error("JSON serialisation failed")]
     Json(#[from] serde_json::Error),

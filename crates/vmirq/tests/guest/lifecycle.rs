@@ -1,0 +1,81 @@
+//! Command lists of the lifecycle tests: read-only export, two queues, reboot and reconnect.
+
+use super::{FIO_JOBS, IDENTITY};
+use vmirq_guest::Script;
+
+/// A read-only export: the guest must see it read-only, fail to write or make a filesystem,
+/// and read the (zero-filled) disk back unchanged.
+pub fn read_only() -> Script {
+    Script::new()
+        .wait_block("vda", 20)
+        .step("identity", 10, IDENTITY)
+        .step(
+            "write",
+            30,
+            "if dd if=/dev/urandom of=/dev/vda bs=4k count=16 oflag=direct; then echo WRITTEN; \
+             exit 1; fi; echo refused",
+        )
+        .step(
+            "mkfs",
+            60,
+            "if mkfs.ext4 -q -F /dev/vda; then echo MADE; exit 1; fi; echo refused",
+        )
+        .step(
+            "read",
+            30,
+            "echo nonzero=$(dd if=/dev/vda bs=1M count=8 iflag=direct 2>/dev/null | tr -d '\\000' | wc -c)",
+        )
+}
+
+/// fio on both queues at once: two jobs, one pinned to each vCPU (blk-mq maps vCPU n to
+/// queue n), random writes with verify on separate 2 MiB regions.
+pub const FIO_TWO_QUEUES: &str = "fio --output-format=json --direct=1 --ioengine=libaio \
+     --filename=/dev/vda --rw=randwrite --verify=crc32c --verify_fatal=1 --bs=4k --iodepth=8 \
+     --size=2M --offset_increment=4M --numjobs=2 --cpus_allowed=0-1 \
+     --cpus_allowed_policy=split --name=q";
+
+/// Two queues, two vCPUs: interrupts of both queues before and after fio on both.
+pub fn two_queues() -> Script {
+    Script::new()
+        .wait_block("vda", 20)
+        .step("identity", 10, IDENTITY)
+        .step("irq-before", 10, "cat /proc/interrupts")
+        .step("fio", 240, FIO_TWO_QUEUES)
+        .step("irq-after", 10, "cat /proc/interrupts")
+}
+
+/// The data of the reboot test: 4 MiB of random 4 KiB writes at QD 16, verified.
+fn fio_data(reread: bool) -> String {
+    let only = if reread { " --verify_only" } else { "" };
+    format!(
+        "fio --output-format=json --direct=1 --ioengine=libaio --filename=/dev/vda \
+         --rw=randwrite --verify=crc32c --verify_fatal=1 --bs=4k --iodepth=16 --size=4M \
+         --offset={}M --name=data{only}",
+        FIO_JOBS.len() * 8
+    )
+}
+
+/// First QEMU process: boot 1 writes the data and resets the machine (the device is reset
+/// and started again on the same vhost-user connection); boot 2 reads it back.
+pub fn reboot() -> Script {
+    Script::new()
+        .wait_block("vda", 20)
+        .on_boot(
+            1,
+            Script::new().step("write", 240, &fio_data(false)).reboot(),
+        )
+        .on_boot(
+            2,
+            Script::new()
+                .step("identity", 10, IDENTITY)
+                .step("reread", 240, &fio_data(true)),
+        )
+}
+
+/// Second QEMU process against the same backend (a new vhost-user connection): the data is
+/// still there.
+pub fn reconnect() -> Script {
+    Script::new()
+        .wait_block("vda", 20)
+        .step("reread", 240, &fio_data(true))
+}
