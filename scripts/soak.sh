@@ -11,7 +11,7 @@
 # Usage: scripts/soak.sh            (10 minutes per policy, 100 reconnects, 10 kills each)
 #        MINUTES=1 POLICIES="none vic" scripts/soak.sh
 # Env: MINUTES RECONNECTS KILLS POLICIES BLOCKS (4 KiB blocks of the image, 16384 = 64 MiB)
-#      SAMPLE (seconds, 2) OUT (results directory, results/soak-<UTC date>).
+#      SAMPLE (seconds, 2) OUT (results directory, crates/vmirq-blk/results/soak-<UTC date>).
 # Exit status 1 when any policy saw a data mismatch or a client error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ KILLS=${KILLS:-10}
 POLICIES=${POLICIES:-"none vic count:usecs=50,frames=32 ipi-gap:gap_us=100 dim spdk budget:us=20"}
 BLOCKS=${BLOCKS:-16384}
 SAMPLE=${SAMPLE:-2}
-OUT=${OUT:-results/soak-$(date -u +%Y-%m-%dT%H%M)}
+OUT=${OUT:-crates/vmirq-blk/results/soak-$(date -u +%Y-%m-%dT%H%M)}
 
 cargo build --release -q -p vmirq
 cargo build --release -q -p vmirq-blk --example soak_client
