@@ -22,6 +22,7 @@ pub struct Backend {
     name: String,
     program: PathBuf,
     args: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
     socket: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -34,10 +35,21 @@ impl Backend {
     /// # Errors
     /// It cannot be started, exits, or creates no socket within 20 s.
     pub fn start(name: &str, program: &Path, args: Vec<OsString>, socket: &Path) -> Result<Self> {
+        Self::start_with_env(name, program, args, Vec::new(), socket)
+    }
+
+    fn start_with_env(
+        name: &str,
+        program: &Path,
+        args: Vec<OsString>,
+        envs: Vec<(OsString, OsString)>,
+        socket: &Path,
+    ) -> Result<Self> {
         let mut backend = Self {
             name: name.to_owned(),
             program: program.to_path_buf(),
             args,
+            envs,
             socket: socket.to_path_buf(),
             log: socket.with_extension("log"),
             child: None,
@@ -55,6 +67,28 @@ impl Backend {
         let mut all: Vec<OsString> = vec!["serve".into(), "--socket".into(), socket.into()];
         all.extend(args.iter().map(OsString::from));
         Self::start("vmirq serve", vmirq, all, socket)
+    }
+
+    /// As [`Backend::vmirq_serve`], with `VMIRQ_LOG=filter` in its environment (e.g. `info`
+    /// for the lines a restart logs), kept across [`Backend::restart`].
+    ///
+    /// # Errors
+    /// As [`Backend::start`].
+    pub fn vmirq_serve_logged(
+        vmirq: &Path,
+        socket: &Path,
+        args: &[&str],
+        filter: &str,
+    ) -> Result<Self> {
+        let mut all: Vec<OsString> = vec!["serve".into(), "--socket".into(), socket.into()];
+        all.extend(args.iter().map(OsString::from));
+        Self::start_with_env(
+            "vmirq serve",
+            vmirq,
+            all,
+            vec![("VMIRQ_LOG".into(), filter.into())],
+            socket,
+        )
     }
 
     /// qemu-storage-daemon exporting `image` (a raw file node; discards unmap) over
@@ -96,6 +130,7 @@ impl Backend {
             std::fs::File::create(&self.log).map_err(GuestError::io("creating", &self.log))?;
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -166,7 +201,8 @@ impl Backend {
         }
     }
 
-    /// Kill it if it runs and start it again with the same arguments on the same socket.
+    /// Kill it if it runs and start it again with the same arguments on the same socket. Its
+    /// log starts afresh: read [`Backend::log_text`] first to keep the old one.
     ///
     /// # Errors
     /// As [`Backend::start`].

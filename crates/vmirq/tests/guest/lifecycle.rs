@@ -83,3 +83,20 @@ pub fn reconnect() -> Script {
         .wait_block("vda", 20)
         .step("reread", 240, &fio_data(true))
 }
+
+/// fio of the restart test: 4 KiB random writes at QD 32 over 8 MiB, each block verified
+/// (crc32c) after the writes; long enough under TCG for the backend to be killed several times while
+/// it runs.
+pub const FIO_RESTART: &str = "fio --output-format=json --direct=1 --ioengine=libaio \
+     --filename=/dev/vda --rw=randwrite --verify=crc32c --verify_fatal=1 --bs=4k \
+     --iodepth=32 --size=32M --name=restart";
+
+/// The backend is killed and restarted while `fio` runs; then a separate fio re-reads and
+/// verifies the region, and the kernel's messages are printed.
+pub fn backend_restart() -> Script {
+    Script::new()
+        .wait_block("vda", 20)
+        .step("fio", 240, FIO_RESTART)
+        .step("reread", 120, &format!("{FIO_RESTART} --verify_only"))
+        .step("dmesg", 10, "dmesg")
+}
