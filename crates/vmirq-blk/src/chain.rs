@@ -66,11 +66,11 @@ pub enum Violation {
         /// Entries in the table the loop is in.
         entries: u32,
     },
-    /// Direct and indirect descriptors together exceed the queue size.
-    #[error("chain longer than the queue size {size}")]
+    /// Direct and indirect descriptors together exceed [`chain_limit`].
+    #[error("chain longer than {limit} descriptors")]
     TooLong {
-        /// The queue size.
-        size: u16,
+        /// The limit: the queue size, at least [`CHAIN_MAX`].
+        limit: u32,
     },
     /// INDIRECT and NEXT set in the same descriptor.
     #[error("descriptor has both INDIRECT and NEXT")]
@@ -87,13 +87,13 @@ pub enum Violation {
         /// The length in bytes.
         len: u32,
     },
-    /// An indirect table with more entries than the queue size.
-    #[error("indirect table of {entries} entries is longer than the queue size {size}")]
+    /// An indirect table with more entries than [`chain_limit`].
+    #[error("indirect table of {entries} entries is longer than {limit} descriptors")]
     IndirectTooLong {
         /// Entries in the table.
         entries: u32,
-        /// The queue size.
-        size: u16,
+        /// The limit: the queue size, at least [`CHAIN_MAX`].
+        limit: u32,
     },
     /// An indirect table (partly) outside guest memory.
     #[error("indirect table at {addr:#x} ({len} bytes) is outside guest memory")]
@@ -115,6 +115,25 @@ pub enum Violation {
         /// Address of the status byte.
         addr: u64,
     },
+}
+
+/// The fewest descriptors a chain (direct and indirect together) may have before it is refused,
+/// whatever the queue size: 1024, QEMU's and libvhost-user's `VIRTQUEUE_MAX_SIZE`, and the
+/// request parser's [`crate::request::MAX_DESCRIPTORS`].
+///
+/// The virtio spec bounds a chain by the queue size, but Linux's virtio_blk sizes requests by
+/// the device's `seg_max`, not by the queue size the frontend chose: QEMU's vhost-user-blk-pci
+/// sets up 128-entry queues by default while this device advertises `seg_max` from its own
+/// queue size (254 for 256), so a Linux guest puts indirect tables of up to 256 entries on a
+/// 128-entry queue (a 237-entry table was seen). Refusing those would break the queue of a
+/// well-behaved guest; QEMU accepts them too.
+pub const CHAIN_MAX: u32 = crate::request::MAX_DESCRIPTORS as u32;
+
+/// Most descriptors a chain on a queue of `queue_size` entries may have: the queue size, at
+/// least [`CHAIN_MAX`].
+#[must_use]
+pub fn chain_limit(queue_size: u16) -> u32 {
+    u32::from(queue_size).max(CHAIN_MAX)
 }
 
 /// Where a queue's descriptor table is and how many entries it has.
@@ -176,8 +195,9 @@ pub fn walk(
             });
         }
         out.push(d);
-        if out.len() > usize::from(table.size) {
-            return Err(Violation::TooLong { size: table.size });
+        let limit = chain_limit(table.size);
+        if out.len() > limit as usize {
+            return Err(Violation::TooLong { limit });
         }
         if !d.has_next() {
             return status_byte(mem, &d);
@@ -229,11 +249,9 @@ fn enter_indirect(
         return Err(Violation::IndirectLenUnaligned { len });
     }
     let entries = len / DESC_LEN;
-    if entries > u32::from(queue_size) {
-        return Err(Violation::IndirectTooLong {
-            entries,
-            size: queue_size,
-        });
+    let limit = chain_limit(queue_size);
+    if entries > limit {
+        return Err(Violation::IndirectTooLong { entries, limit });
     }
     // `len` fits in usize on every supported (64-bit) host; refuse rather than truncate.
     let fits = usize::try_from(len)
@@ -336,12 +354,13 @@ mod tests {
             walk_from(&m, 0),
             Err(Violation::IndirectLenUnaligned { len: 24 })
         );
-        put(&m, 0, 0x3000, 16 * 9, F_INDIRECT, 0);
+        // Longer than the queue is allowed up to CHAIN_MAX (see there); one more is not.
+        put(&m, 0, 0x3000, 16 * (CHAIN_MAX + 1), F_INDIRECT, 0);
         assert_eq!(
             walk_from(&m, 0),
             Err(Violation::IndirectTooLong {
-                entries: 9,
-                size: 8
+                entries: CHAIN_MAX + 1,
+                limit: CHAIN_MAX
             })
         );
         put(&m, 0, 0xFFF0, 32, F_INDIRECT, 0);
@@ -378,19 +397,27 @@ mod tests {
     }
 
     #[test]
-    fn direct_and_indirect_descriptors_together_are_bounded_by_the_queue_size() {
+    fn direct_and_indirect_descriptors_together_are_bounded_by_the_chain_limit() {
         let m = mem();
-        // Entries 0..=3 direct, then an 8-entry indirect table: 12 descriptors on a
-        // queue of 8.
+        // Entries 0..=3 direct, then an indirect table of CHAIN_MAX - 3 entries: one
+        // descriptor more than the limit (the queue of 8 counts as CHAIN_MAX).
+        let n = u16::try_from(CHAIN_MAX - 3).expect("fits");
         for i in 0..4u16 {
             put(&m, u64::from(i) * 16, 0x1000, 16, F_NEXT, i + 1);
         }
-        put(&m, 64, 0x3000, 8 * 16, F_INDIRECT, 0);
-        for i in 0..8u16 {
-            let flags = if i < 7 { F_NEXT | F_WRITE } else { F_WRITE };
+        put(&m, 64, 0x3000, u32::from(n) * 16, F_INDIRECT, 0);
+        for i in 0..n {
+            let flags = if i < n - 1 { F_NEXT | F_WRITE } else { F_WRITE };
             put(&m, 0x3000 + u64::from(i) * 16, 0x2000, 1, flags, i + 1);
         }
-        assert_eq!(walk_from(&m, 0), Err(Violation::TooLong { size: 8 }));
+        assert_eq!(
+            walk_from(&m, 0),
+            Err(Violation::TooLong { limit: CHAIN_MAX })
+        );
+        // One descriptor less (an indirect table longer than the queue) is a valid chain.
+        put(&m, 64, 0x3000, u32::from(n - 1) * 16, F_INDIRECT, 0);
+        put(&m, 0x3000 + u64::from(n - 2) * 16, 0x2000, 1, F_WRITE, 0);
+        assert_eq!(walk_from(&m, 0), Ok(usize::from(n) + 3));
     }
 
     #[test]

@@ -20,7 +20,12 @@ fn read_only(h: &Harness, mut served: Served, test: &str) {
     let run = h
         .run(&machine, &lifecycle::read_only())
         .expect("start QEMU");
-    assert!(run.ok(), "{}", run.diagnostics());
+    assert!(
+        run.ok(),
+        "{}\n--- backend log:\n{}",
+        run.diagnostics(),
+        served.backend.log_text()
+    );
     let id = identity(&run);
     assert!(
         id.read_only,

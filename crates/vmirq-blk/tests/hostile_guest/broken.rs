@@ -6,7 +6,7 @@
 //! serves again, starting with the chain after the broken one.
 
 use crate::harness::{assert_still_serves, hdr_and_status, matrix, SECTOR};
-use vmirq_blk::chain::Violation;
+use vmirq_blk::chain::{self, Violation};
 use vmirq_blk::manual_io::manual_io;
 use vmirq_blk::mock_guest::{
     DeviceOpts, MockGuest, TestDevice, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN,
@@ -170,13 +170,14 @@ fn head_index_past_the_table(o: DeviceOpts) {
     );
 }
 
-/// An otherwise sound indirect table of twice the queue size (2048 entries on a 1024-entry
-/// queue in the original report; 128 on 64 here).
+/// An otherwise sound indirect table of 2048 entries, as in the original report (there on a
+/// 256-entry queue, here on 64): twice the chain limit ([`chain::CHAIN_MAX`]; tables longer
+/// than the queue but within the limit are what Linux sends, see there).
 fn indirect_table_longer_than_the_queue(o: DeviceOpts) {
     expect_broken(
         o,
         |g| {
-            let n = 2 * SIZE;
+            let n = u16::try_from(2 * chain::CHAIN_MAX).expect("fits");
             let (h, data, st) = data_and_status(g);
             let mut entries = vec![(h, 16, F_NEXT, 1)];
             for i in 1..n - 1 {
@@ -188,8 +189,8 @@ fn indirect_table_longer_than_the_queue(o: DeviceOpts) {
             40
         },
         Violation::IndirectTooLong {
-            entries: 2 * u32::from(SIZE),
-            size: SIZE,
+            entries: 2 * chain::CHAIN_MAX,
+            limit: chain::CHAIN_MAX,
         },
     );
 }
@@ -318,24 +319,28 @@ fn loop_inside_the_indirect_table(o: DeviceOpts) {
     );
 }
 
-/// Two direct descriptors then a 63-entry table: 65 descriptors on a 64-entry queue.
+/// Two direct descriptors then a table of CHAIN_MAX - 1 entries: one descriptor more than
+/// the chain limit.
 fn direct_and_indirect_longer_than_the_queue(o: DeviceOpts) {
     expect_broken(
         o,
         |g| {
             let (h, data, st) = data_and_status(g);
+            let n = u16::try_from(chain::CHAIN_MAX - 1).expect("fits");
             let mut entries = Vec::new();
-            for i in 0..SIZE - 2 {
+            for i in 0..n - 1 {
                 entries.push((data, 16, F_WRITE | F_NEXT, i + 1));
             }
             entries.push((st, 1, F_WRITE, 0));
             let t = table(g, &entries);
             g.write_desc(40, h, 16, F_NEXT, 41);
             g.write_desc(41, data, 16, F_WRITE | F_NEXT, 42);
-            g.write_desc(42, t, u32::from(SIZE - 1) * 16, F_INDIRECT, 0);
+            g.write_desc(42, t, u32::from(n) * 16, F_INDIRECT, 0);
             40
         },
-        Violation::TooLong { size: SIZE },
+        Violation::TooLong {
+            limit: chain::CHAIN_MAX,
+        },
     );
 }
 
