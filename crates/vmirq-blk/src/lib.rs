@@ -21,6 +21,7 @@ pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod counters;
+pub mod cpustat;
 pub mod engine;
 pub mod guest_io;
 #[cfg(feature = "test-utils")]
