@@ -18,7 +18,7 @@ pub struct Args {
     /// Small matrix, finishes in under a minute.
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Every workload, queue depth and policy (about 11 minutes on 2 cores).
+    /// Every workload, queue depth and policy (about 13 minutes on 2 cores).
     #[arg(long)]
     full: bool,
     /// A vmirq target to run instead of the preset's (repeatable), e.g. `--target
