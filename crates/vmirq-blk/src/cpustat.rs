@@ -2,11 +2,13 @@
 //! ([`vmirq_policy::wait::ContentionGate`]).
 //!
 //! [`ThreadSchedstat`] reads the calling thread's `/proc/thread-self/schedstat` (time on a CPU,
-//! time runnable but waiting for one; Linux `CONFIG_SCHED_INFO`, on in distribution kernels).
-//! The file is opened by the first read, so it must happen on the worker thread itself; it is
-//! then re-read with `pread` (about 1.7 µs on the test VM), at most once per
-//! [`SAMPLE_EVERY_NS`] while the worker polls. Without the file the gate gets no samples and
-//! never closes (logged once).
+//! time runnable but waiting for one; Linux `CONFIG_SCHED_INFO`, on in distribution kernels)
+//! and the process's CPU time (`CLOCK_PROCESS_CPUTIME_ID`): what the process's other threads
+//! ran is the waiter's own work (io_uring's io-wq workers run a polling worker's buffered
+//! reads on its CPU), not a neighbour's. The file is opened by the first read, so it must
+//! happen on the worker thread itself; it is then re-read with `pread` (about 1.7 µs on the
+//! test VM), at most once per [`SAMPLE_EVERY_NS`] while the worker polls. Without the file the
+//! gate gets no samples and never closes (logged once).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -16,10 +18,21 @@ use vmirq_policy::Nanos;
 /// Minimum time between two samples (bounds the reads to about 0.2 % of a polling CPU).
 pub const SAMPLE_EVERY_NS: Nanos = 1_000_000;
 
+/// Running totals since some fixed point.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTotals {
+    /// CPU time of the calling thread.
+    pub ran_ns: Nanos,
+    /// Run-queue delay of the calling thread.
+    pub waited_ns: Nanos,
+    /// CPU time of the whole process (the calling thread included).
+    pub process_ns: Nanos,
+}
+
 /// Cumulative CPU time and run-queue delay of the calling thread.
 pub trait CpuSource: Send {
-    /// `(ran_ns, waited_ns)` so far, or `None` when unavailable.
-    fn read(&mut self) -> Option<(Nanos, Nanos)>;
+    /// The totals so far, or `None` when unavailable.
+    fn read(&mut self) -> Option<CpuTotals>;
 }
 
 /// `/proc/thread-self/schedstat` of the thread that first reads it.
@@ -38,7 +51,7 @@ impl ThreadSchedstat {
 }
 
 impl CpuSource for ThreadSchedstat {
-    fn read(&mut self) -> Option<(Nanos, Nanos)> {
+    fn read(&mut self) -> Option<CpuTotals> {
         if self.failed {
             return None;
         }
@@ -54,8 +67,28 @@ impl CpuSource for ThreadSchedstat {
         }
         let mut buf = [0u8; 96];
         let n = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
-        parse_schedstat(buf.get(..n)?)
+        let (ran_ns, waited_ns) = parse_schedstat(buf.get(..n)?)?;
+        Some(CpuTotals {
+            ran_ns,
+            waited_ns,
+            process_ns: process_cpu_ns()?,
+        })
     }
+}
+
+/// `CLOCK_PROCESS_CPUTIME_ID`: CPU time of every thread of this process, nanoseconds.
+fn process_cpu_ns() -> Option<Nanos> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux supports.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return None;
+    }
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
 }
 
 /// The first two fields of a schedstat line: `cpu_ns run_delay_ns timeslices`.
@@ -70,7 +103,7 @@ pub fn parse_schedstat(text: &[u8]) -> Option<(Nanos, Nanos)> {
 /// [`SAMPLE_EVERY_NS`].
 pub struct CpuSampler {
     source: Box<dyn CpuSource>,
-    last: Option<(Nanos, Nanos)>,
+    last: Option<CpuTotals>,
     next_ns: Nanos,
 }
 
@@ -94,9 +127,14 @@ impl CpuSampler {
         self.next_ns = now.saturating_add(SAMPLE_EVERY_NS);
         let cur = self.source.read()?;
         let prev = self.last.replace(cur)?;
+        let ran_ns = cur.ran_ns.saturating_sub(prev.ran_ns);
         Some(CpuSample {
-            ran_ns: cur.0.saturating_sub(prev.0),
-            waited_ns: cur.1.saturating_sub(prev.1),
+            ran_ns,
+            waited_ns: cur.waited_ns.saturating_sub(prev.waited_ns),
+            siblings_ns: cur
+                .process_ns
+                .saturating_sub(prev.process_ns)
+                .saturating_sub(ran_ns),
         })
     }
 }
@@ -129,7 +167,7 @@ mod tests {
     #[test]
     fn this_threads_schedstat_is_readable_and_grows() {
         let mut s = ThreadSchedstat::new();
-        let Some((ran0, _)) = s.read() else {
+        let Some(CpuTotals { ran_ns: ran0, .. }) = s.read() else {
             // Straight to stderr: the harness hides `eprintln!` of passing tests.
             let _ = writeln!(
                 std::io::stderr(),
@@ -141,15 +179,20 @@ mod tests {
         while t.elapsed() < std::time::Duration::from_millis(5) {
             std::hint::spin_loop();
         }
-        let (ran1, _) = s.read().expect("second read");
-        assert!(ran1 > ran0, "{ran0} -> {ran1}");
+        let t1 = s.read().expect("second read");
+        assert!(t1.ran_ns > ran0, "{ran0} -> {}", t1.ran_ns);
+        assert!(t1.process_ns >= t1.ran_ns, "{t1:?}");
     }
 
     struct Counter(Nanos);
     impl CpuSource for Counter {
-        fn read(&mut self) -> Option<(Nanos, Nanos)> {
+        fn read(&mut self) -> Option<CpuTotals> {
             self.0 += 1000;
-            Some((self.0, self.0 / 10))
+            Some(CpuTotals {
+                ran_ns: self.0,
+                waited_ns: self.0 / 10,
+                process_ns: self.0 * 3 / 2,
+            })
         }
     }
 
@@ -162,7 +205,8 @@ mod tests {
             s.sample(SAMPLE_EVERY_NS),
             Some(CpuSample {
                 ran_ns: 1000,
-                waited_ns: 100
+                waited_ns: 100,
+                siblings_ns: 500,
             })
         );
     }

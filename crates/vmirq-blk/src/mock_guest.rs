@@ -431,10 +431,14 @@ impl SimulatedCpu {
 }
 
 impl crate::cpustat::CpuSource for SimulatedCpu {
-    fn read(&mut self) -> Option<(vmirq_policy::Nanos, vmirq_policy::Nanos)> {
+    fn read(&mut self) -> Option<crate::cpustat::CpuTotals> {
         let t = crate::clock::now_ns().saturating_sub(self.start);
         let waited = t / 100 * self.waited_pct;
-        Some((t - waited, waited))
+        Some(crate::cpustat::CpuTotals {
+            ran_ns: t - waited,
+            waited_ns: waited,
+            process_ns: t - waited,
+        })
     }
 }
 

@@ -238,8 +238,8 @@ proptest! {
         let mut t = 0u64;
         for (dt, ran_ns, waited_ns) in samples {
             t += dt;
-            gate.on_sample(t, CpuSample { ran_ns, waited_ns });
-            never_waits.on_sample(t, CpuSample { ran_ns, waited_ns: 0 });
+            gate.on_sample(t, CpuSample { ran_ns, waited_ns, siblings_ns: 0 });
+            never_waits.on_sample(t, CpuSample { ran_ns, waited_ns: 0, siblings_ns: waited_ns });
             prop_assert!(gate.is_open(t + cfg.hold_max_ns));
             prop_assert!(never_waits.is_open(t));
             prop_assert_eq!(gate.admit(t, WaitDecision::Sleep), WaitDecision::Sleep);

@@ -7,6 +7,11 @@
 //! `/proc/thread-self/schedstat`) against the time it ran (the first). The caller reads those
 //! and passes the differences in as [`CpuSample`]s; the gate only does arithmetic on them.
 //!
+//! Waits for the waiter's own sibling threads (io_uring's io-wq workers run the storage
+//! operations of a poller that yields to them, on its CPU) are the waiter's own work: the
+//! caller reports how long siblings ran and that much is taken off the wait. (A process whose
+//! siblings run on other CPUs makes the gate see less contention than there is.)
+//!
 //! The scheduler shares a CPU by weight, so the waited share is the neighbours' claim on the
 //! waiter's CPU: a nice-0 task that runs whenever it can makes a nice-0 poller wait about half
 //! of its runnable time, a nice-19 one about 1.4 % (weights 15 against 1024), a quiet machine
@@ -33,6 +38,18 @@ pub struct CpuSample {
     pub ran_ns: Nanos,
     /// Time the waiter was runnable but waited for a CPU (run-queue delay).
     pub waited_ns: Nanos,
+    /// Time the waiter's sibling threads ran (the other threads of its own process, such as
+    /// io_uring's io-wq workers, which inherit its CPU): waiting for them is the waiter's own
+    /// work, not a neighbour's claim, so it is taken off `waited_ns`.
+    pub siblings_ns: Nanos,
+}
+
+impl CpuSample {
+    /// The part of the wait that neighbours caused: `waited_ns` less what sibling threads ran.
+    #[must_use]
+    pub fn neighbour_wait_ns(&self) -> Nanos {
+        self.waited_ns.saturating_sub(self.siblings_ns)
+    }
 }
 
 /// Parameters of [`ContentionGate`].
@@ -140,7 +157,7 @@ impl ContentionGate {
             return true;
         }
         self.ran_ns = self.ran_ns.saturating_add(sample.ran_ns);
-        self.waited_ns = self.waited_ns.saturating_add(sample.waited_ns);
+        self.waited_ns = self.waited_ns.saturating_add(sample.neighbour_wait_ns());
         let runnable = self.ran_ns.saturating_add(self.waited_ns);
         if runnable >= self.cfg.verdict_ns.max(1) {
             let contended = u128::from(self.waited_ns) * 100
@@ -199,6 +216,7 @@ mod tests {
                 CpuSample {
                     ran_ns: MS - waited_ns,
                     waited_ns,
+                    siblings_ns: 0,
                 },
             );
         }
@@ -294,11 +312,44 @@ mod tests {
                 CpuSample {
                     ran_ns: MS,
                     waited_ns: 0,
+                    siblings_ns: 0,
                 },
             );
         }
         assert!(t < reopen && !g.is_open(t));
         assert!(g.is_open(reopen));
+    }
+
+    #[test]
+    fn waits_for_sibling_threads_are_not_contention() {
+        // Half the time waiting, all of it while the poller's own io-wq worker ran.
+        let mut g = gate();
+        let mut t = 0;
+        for _ in 0..8 {
+            t += MS;
+            g.on_sample(
+                t,
+                CpuSample {
+                    ran_ns: MS / 2,
+                    waited_ns: MS / 2,
+                    siblings_ns: MS / 2,
+                },
+            );
+        }
+        assert!(g.is_open(t));
+        assert_eq!((g.stats().verdicts, g.stats().contended), (1, 0));
+        // Siblings explain only part of it: the rest still counts.
+        let s = CpuSample {
+            ran_ns: MS / 2,
+            waited_ns: MS / 2,
+            siblings_ns: MS / 4,
+        };
+        assert_eq!(s.neighbour_wait_ns(), MS / 4);
+        for _ in 0..8 {
+            t += MS;
+            g.on_sample(t, s);
+        }
+        assert!(!g.is_open(t));
     }
 
     #[test]
@@ -319,6 +370,7 @@ mod tests {
             CpuSample {
                 ran_ns: u64::MAX,
                 waited_ns: u64::MAX,
+                siblings_ns: 0,
             },
         );
         assert!(!g.is_open(u64::MAX - 1));
