@@ -8,6 +8,8 @@
 # under the normal scheduler (no real-time priority: the way a user starts it). The server's
 # CPU is utime + stime of all its threads from /proc/PID/stat over the window, which starts 2 s
 # after the client (connection set up) and lasts SECONDS. Targets alternate, REPS rounds.
+# `vmirq-contention-off` is the defaults without the contention gate: what the kick-wait
+# policy alone costs, whatever else runs on the machine.
 #
 #   scripts/blk-idle-cpu.sh [SECONDS] [RATE] [REPS]      (defaults 60, 100, 1)
 #
@@ -68,6 +70,7 @@ for round in $(seq "$reps"); do
     [ "$mode" = trickle ] && r=$rate
     one qsd "$mode" "$r" -- bash -c 'qsd "$0"'
     one vmirq "$mode" "$r" -- "$vmirq" serve --null 1G --socket
+    one vmirq-contention-off "$mode" "$r" -- "$vmirq" serve --null 1G --poll-contention off --socket
   done
 done
 
@@ -80,5 +83,5 @@ for line in open(sys.argv[1]):
     label, mode, pct, rest = line.split(" ", 3)
     rows.setdefault((label, mode), []).append(float(pct))
 for (label, mode), v in sorted(rows.items()):
-    print(f"  {label:<6} {mode:<8} median {statistics.median(v):.3f}%  (min {min(v):.3f}, max {max(v):.3f}, {len(v)} rounds)")
+    print(f"  {label:<20} {mode:<8} median {statistics.median(v):.3f}%  (min {min(v):.3f}, max {max(v):.3f}, {len(v)} rounds)")
 PY
