@@ -13,6 +13,9 @@
 #   scripts/blk-targets.sh [REPS] [SECONDS]        (defaults 5 and 2)
 #   IMAGE_DIR=/var/tmp scripts/blk-targets.sh      (where the O_DIRECT image is created)
 #   ONLY=qd32 scripts/blk-targets.sh               (only the QD 32 null-disk rows)
+#   ONLY=choice scripts/blk-targets.sh             (how the defaults were chosen: the defaults
+#                                                   against `--poll histogram` and
+#                                                   `--moderation none`, QD 32 and QD 1)
 #   LOAD=1 scripts/blk-targets.sh                  (a nice-19 busy loop on each CPU throughout:
 #                                                   the neighbour-load condition)
 #   RT=0 scripts/blk-targets.sh                    (no real-time priority: the normal scheduler)
@@ -36,7 +39,7 @@ command -v qemu-storage-daemon >/dev/null || { echo "qemu-storage-daemon not ins
 work=$(mktemp -d)
 image=$image_dir/vmirq-blk-targets.img
 only=${ONLY:-all}
-case $only in all | qd32) ;; *) echo "ONLY must be all or qd32, not '$only'" >&2; exit 2 ;; esac
+case $only in all | qd32 | choice) ;; *) echo "ONLY must be all, qd32 or choice, not '$only'" >&2; exit 2 ;; esac
 burners=()
 cleanup() {
   [ ${#burners[@]} -gt 0 ] && kill "${burners[@]}" 2>/dev/null
@@ -106,6 +109,15 @@ one() {
 
 for r in $(seq "$reps"); do
   echo "round $r/$reps" >&2
+  if [ "$only" = choice ]; then
+    for qd in 32 1; do
+      one qsd "$qd" -- qsd "$null_dev"
+      one vmirq "$qd" -- "$vmirq" serve --null 1G
+      one vmirq-histogram "$qd" -- "$vmirq" serve --null 1G --poll histogram
+      one vmirq-none "$qd" -- "$vmirq" serve --null 1G --moderation none
+    done
+    continue
+  fi
   one qsd 32 -- qsd "$null_dev"
   one vmirq 32 -- "$vmirq" serve --null 1G
   one qsd-iothread-poll 32 -- qsd "$null_dev" poll
@@ -173,4 +185,8 @@ show("QD1 IOPS", ("vmirq", 1), ("qsd", 1), "iops", "")
 show("QD1 CPU per I/O (client + server)", ("vmirq", 1), ("qsd", 1), "cpu_ns_per_io", "")
 show("QD1 p50, the defaults before issue 14 (none+never)", ("vmirq-none+never", 1), ("qsd", 1), "p50_us", "")
 show("O_DIRECT image QD32 IOPS", ("vmirq-file", 32), ("qsd-file", 32), "iops", "")
+for alt in ("vmirq-histogram", "vmirq-none"):
+    for qd in (32, 1):
+        show(f"QD{qd} IOPS, {alt} against the defaults", (alt, qd), ("vmirq", qd), "iops", "")
+        show(f"QD{qd} p50, {alt} against the defaults", (alt, qd), ("vmirq", qd), "p50_us", "")
 PY
