@@ -14,8 +14,8 @@
 //!
 //! The scheduler shares a CPU by weight, so the waited share is the neighbours' claim on the
 //! waiter's CPU: a nice-0 task that runs whenever it can makes a nice-0 poller wait about half
-//! of its runnable time, a nice-19 one about 1.4 % (weights 15 against 1024), a quiet machine
-//! well under 1 %. A waiter with real-time priority never waits for ordinary tasks, so it is
+//! of its runnable time, a nice-19 one about 1.4 % (weights 15 against 1024), a CPU of its own
+//! only the brief runs of kernel threads. A waiter with real-time priority never waits for ordinary tasks, so it is
 //! never stopped by them (its priority says it may take their CPU).
 //!
 //! Verdicts: samples add up until the waiter has been runnable (ran + waited) for
@@ -83,8 +83,8 @@ impl ContentionConfig {
 }
 
 impl Default for ContentionConfig {
-    /// 10 %: well above what a quiet machine (under 1 %) or a nice-19 neighbour (1.4 %) make a
-    /// nice-0 poller wait, well below a nice-0 neighbour (about 50 %). Verdicts over 4 ms of
+    /// 10 %: well above what a nice-19 neighbour (1.4 % by the weights) or kernel threads make
+    /// a nice-0 poller wait, well below a nice-0 neighbour (about 50 %). Verdicts over 4 ms of
     /// runnable time span a few scheduler slices (0.75-3 ms), so one slice given to a
     /// neighbour does not decide alone.
     fn default() -> Self {
