@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Side-by-side measurement of `vmirq serve` against qemu-storage-daemon for vmirq-blk's
-# targets (issue 3): 4 KiB random reads from the libblkio load generator
-# (crates/vmirq-blk/examples/blk_load.rs, interrupt-mode client), server pinned to CPU 1 and
-# client to CPU 0, both SCHED_FIFO when permitted. Configurations are interleaved, REPS rounds;
-# the report gives median (min..max) per configuration and ratios against the peer's median.
-# `sleeps/IO` is the client's voluntary context switches per I/O (real blocking waits, each a
-# cross-CPU wakeup), as opposed to notifications, which may reach a client that is still running.
+# Side-by-side measurement of `vmirq serve` against qemu-storage-daemon, leading with each
+# one's defaults (no policy flags, no options: issue 14): 4 KiB random reads from the libblkio
+# load generator (crates/vmirq-blk/examples/blk_load.rs, interrupt-mode client), server pinned
+# to CPU 1 and client to CPU 0, both SCHED_FIFO when permitted. Configurations are interleaved,
+# REPS rounds; the report gives median (min..max) per configuration, and per round the ratio of
+# `vmirq` (defaults) to `qsd` (defaults) run just before it, so a median ratio can be told from
+# a few lucky rounds. `sleeps/IO` is the client's voluntary context switches per I/O (real
+# blocking waits, each a cross-CPU wakeup), as opposed to notifications, which may reach a
+# client that is still running. `srv CPU` is the server's utime + stime over the client's run
+# (/proc/PID/stat); CPU/IO adds the client's.
 #
 #   scripts/blk-targets.sh [REPS] [SECONDS]        (defaults 5 and 2)
 #   IMAGE_DIR=/var/tmp scripts/blk-targets.sh      (where the O_DIRECT image is created)
 #   ONLY=qd32 scripts/blk-targets.sh               (only the QD 32 null-disk rows)
+#   ONLY=choice scripts/blk-targets.sh             (how the defaults were chosen: the defaults
+#                                                   against `--poll histogram` and
+#                                                   `--moderation none`, QD 32 and QD 1)
 #   LOAD=1 scripts/blk-targets.sh                  (a nice-19 busy loop on each CPU throughout:
 #                                                   the neighbour-load condition)
+#   RT=0 scripts/blk-targets.sh                    (no real-time priority: the normal scheduler)
 #
-# Besides medians, the report gives the QD 32 ratio of each round (vmirq against the peer run
-# just before it), so a median ratio can be told from a few lucky rounds.
+# Rows: `vmirq` is `vmirq serve` with no policy flags; `+never` rows turn kick polling off
+# (`none+never` are the defaults before issue 14); `qsd-iothread-poll` is the peer's export in
+# an IOThread with `poll-max-ns=200000`.
 #
 # Needs: qemu-storage-daemon (scripts/setup.sh), python3, a release build (built here).
 set -euo pipefail
@@ -31,7 +39,7 @@ command -v qemu-storage-daemon >/dev/null || { echo "qemu-storage-daemon not ins
 work=$(mktemp -d)
 image=$image_dir/vmirq-blk-targets.img
 only=${ONLY:-all}
-case $only in all | qd32) ;; *) echo "ONLY must be all or qd32, not '$only'" >&2; exit 2 ;; esac
+case $only in all | qd32 | choice) ;; *) echo "ONLY must be all, qd32 or choice, not '$only'" >&2; exit 2 ;; esac
 burners=()
 cleanup() {
   [ ${#burners[@]} -gt 0 ] && kill "${burners[@]}" 2>/dev/null
@@ -53,6 +61,7 @@ fi
 
 rt=(chrt -f 10)
 "${rt[@]}" true 2>/dev/null || rt=()
+[ "${RT:-1}" = 0 ] && rt=()
 
 qsd() { # qsd SOCKET BLOCKDEV [poll]
   local extra=() exp=""
@@ -81,86 +90,103 @@ one() {
   local pid=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
   sleep 0.2
-  local out
-  out=$("${rt[@]}" taskset -c 0 "$load" "$sock" "$qd" "$secs" 2>&1 | tail -n 1) || true
   local spid
   spid=$(pgrep -n -f -- "$sock" || true)
+  local t0=0 t1=0
+  [ -n "$spid" ] && t0=$(awk '{ print $14 + $15 }' "/proc/$spid/stat" 2>/dev/null || echo 0)
+  local out
+  out=$("${rt[@]}" taskset -c 0 "$load" "$sock" "$qd" "$secs" 2>&1 | tail -n 1) || true
   local rss=0
-  [ -n "$spid" ] && rss=$(awk '/VmHWM/ {print $2}' "/proc/$spid/status" 2>/dev/null || echo 0)
+  if [ -n "$spid" ]; then
+    rss=$(awk '/VmHWM/ {print $2}' "/proc/$spid/status" 2>/dev/null || echo 0)
+    t1=$(awk '{ print $14 + $15 }' "/proc/$spid/stat" 2>/dev/null || echo "$t0")
+  fi
   kill "$pid" ${spid:+"$spid"} 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
-  echo "$label $qd ${rss:-0} $r $out" >>"$work/results"
+  echo "$label $qd ${rss:-0} $r $((t1 - t0)) $out" >>"$work/results"
   echo "$label qd$qd: $out" >&2
 }
 
 for r in $(seq "$reps"); do
   echo "round $r/$reps" >&2
+  if [ "$only" = choice ]; then
+    for qd in 32 1; do
+      one qsd "$qd" -- qsd "$null_dev"
+      one vmirq "$qd" -- "$vmirq" serve --null 1G
+      one vmirq-histogram "$qd" -- "$vmirq" serve --null 1G --poll histogram
+      one vmirq-none "$qd" -- "$vmirq" serve --null 1G --moderation none
+    done
+    continue
+  fi
   one qsd 32 -- qsd "$null_dev"
+  one vmirq 32 -- "$vmirq" serve --null 1G
   one qsd-iothread-poll 32 -- qsd "$null_dev" poll
-  one vmirq-vic 32 -- "$vmirq" serve --null 1G --moderation vic
-  one vmirq-vic+kvm 32 -- "$vmirq" serve --null 1G --moderation vic --poll kvm:max_ns=200000
+  one vmirq-vic+never 32 -- "$vmirq" serve --null 1G --moderation vic --poll never
   [ "$only" = qd32 ] && continue
   one qsd 1 -- qsd "$null_dev"
-  one vmirq-none 1 -- "$vmirq" serve --null 1G --moderation none
-  one vmirq-vic 1 -- "$vmirq" serve --null 1G --moderation vic
-  one vmirq-none+kvm 1 -- "$vmirq" serve --null 1G --moderation none --poll kvm:max_ns=200000
-  one vmirq-vic+kvm 1 -- "$vmirq" serve --null 1G --moderation vic --poll kvm:max_ns=200000
+  one vmirq 1 -- "$vmirq" serve --null 1G
+  one vmirq-none+never 1 -- "$vmirq" serve --null 1G --moderation none --poll never
+  one vmirq-vic+never 1 -- "$vmirq" serve --null 1G --moderation vic --poll never
   one qsd-file 32 -- qsd "$file_dev"
-  one vmirq-file-none 32 -- "$vmirq" serve --image "$image" --direct --moderation none
-  one vmirq-file-vic 32 -- "$vmirq" serve --image "$image" --direct --moderation vic
-  one vmirq-file-vic+kvm 32 -- "$vmirq" serve --image "$image" --direct --moderation vic --poll kvm:max_ns=200000
-  one vmirq-ram-vic+kvm 32 -- "$vmirq" serve --ram 1G --moderation vic --poll kvm:max_ns=200000
+  one vmirq-file 32 -- "$vmirq" serve --image "$image" --direct
+  one vmirq-file-none+never 32 -- "$vmirq" serve --image "$image" --direct --moderation none --poll never
+  one vmirq-ram 32 -- "$vmirq" serve --ram 1G
 done
 
-python3 - "$work/results" <<'PY'
+python3 - "$work/results" "$secs" "$(getconf CLK_TCK)" <<'PY'
 import json, statistics, sys
+secs, tck = float(sys.argv[2]), float(sys.argv[3])
 rows = {}
 by_round = {}
 for line in open(sys.argv[1]):
-    label, qd, rss, rnd, rest = line.split(" ", 4)
+    label, qd, rss, rnd, ticks, rest = line.split(" ", 5)
     try:
         r = json.loads(rest)
     except ValueError:
         print(f"{label} qd{qd}: run failed: {rest.strip()}")
         continue
     r["rss_mib"] = int(rss) / 1024
+    r["srv_cpu_pct"] = 100 * int(ticks) / tck / secs
+    r["cpu_ns_per_io"] = (r["srv_cpu_pct"] + r["client_cpu_pct"]) / 100 / max(r["iops"], 1) * 1e9
     rows.setdefault((label, int(qd)), []).append(r)
     by_round.setdefault(int(rnd), {})[(label, int(qd))] = r
 def med(k, key): return statistics.median(x[key] for x in rows[k])
-print(f"{'config':<22}{'QD':>4}{'IOPS median (min..max)':>32}{'notif/IO':>10}{'sleeps/IO':>10}{'p50 us':>9}{'p99 us':>9}{'client CPU':>11}{'RSS MiB':>9}")
+print(f"{'config':<22}{'QD':>4}{'IOPS median (min..max)':>32}{'notif/IO':>10}{'sleeps/IO':>10}{'p50 us':>9}{'p99 us':>9}{'client CPU':>11}{'srv CPU':>8}{'CPU/IO ns':>10}{'RSS MiB':>9}")
 for k in rows:
     v = rows[k]
     iops = [x["iops"] for x in v]
     print(f"{k[0]:<22}{k[1]:>4}{statistics.median(iops):>14.0f} ({min(iops):.0f}..{max(iops):.0f})"
           f"{med(k,'notif_per_io'):>10.3f}{med(k,'sleeps_per_io'):>10.3f}{med(k,'p50_us'):>9.1f}{med(k,'p99_us'):>9.1f}"
-          f"{med(k,'client_cpu_pct'):>10.0f}%{max(x['rss_mib'] for x in v):>9.1f}")
-def ratio(a, b, key):
-    if a in rows and b in rows:
-        return med(a, key) / med(b, key)
-    return float("nan")
+          f"{med(k,'client_cpu_pct'):>10.0f}%{med(k,'srv_cpu_pct'):>7.0f}%{med(k,'cpu_ns_per_io'):>10.0f}{max(x['rss_mib'] for x in v):>9.1f}")
+def per_round(a, b, key):
+    out = []
+    for rnd in sorted(by_round):
+        x, y = by_round[rnd].get(a), by_round[rnd].get(b)
+        if x and y and y[key] > 0:
+            out.append(x[key] / y[key])
+    return out
+def show(name, a, b, key, target):
+    rr = per_round(a, b, key)
+    if not rr:
+        return
+    print(f"  {name}: median {statistics.median(rr):.2f}x ({target}); per round "
+          + " ".join(f"{x:.2f}" for x in rr))
 print()
-print("QD 32 IOPS ratio per round, vic+kvm against the peers of the same round:")
-for rnd in sorted(by_round):
-    r = by_round[rnd]
-    def rr(a, b):
-        a, b = r.get((a, 32)), r.get((b, 32))
-        return f"{a['iops'] / b['iops']:.2f}x" if a and b else "n/a"
-    print(f"  round {rnd}: vs qsd {rr('vmirq-vic+kvm', 'qsd')}, "
-          f"vs qsd-iothread-poll {rr('vmirq-vic+kvm', 'qsd-iothread-poll')}")
-print()
-print("targets (medians of this run):")
-r = ratio(("vmirq-vic+kvm", 32), ("qsd", 32), "iops")
-print(f"  QD32 vic+kvm IOPS / qsd: {r:.2f}x (>= 1.2); vs qsd with iothread polling: "
-      f"{ratio(('vmirq-vic+kvm', 32), ('qsd-iothread-poll', 32), 'iops'):.2f}x; "
-      f"notif/IO {med(('vmirq-vic+kvm', 32), 'notif_per_io'):.3f} (<= 0.1)")
-print(f"  QD32 vic (no kick polling) IOPS / qsd: {ratio(('vmirq-vic', 32), ('qsd', 32), 'iops'):.2f}x")
-if ("qsd", 1) not in rows:
-    sys.exit(0)
-print(f"  QD1 none+kvm p50 / qsd p50: {ratio(('vmirq-none+kvm', 1), ('qsd', 1), 'p50_us'):.2f}x; "
-      f"vic+kvm: {ratio(('vmirq-vic+kvm', 1), ('qsd', 1), 'p50_us'):.2f}x (<= 0.7)")
-print(f"  QD1 vic / none IOPS: {ratio(('vmirq-vic', 1), ('vmirq-none', 1), 'iops'):.2f}x, "
-      f"p50 {ratio(('vmirq-vic', 1), ('vmirq-none', 1), 'p50_us'):.2f}x (no regression: about 1)")
-print(f"  O_DIRECT image QD32: vic / qsd {ratio(('vmirq-file-vic', 32), ('qsd-file', 32), 'iops'):.2f}x, "
-      f"vic+kvm / qsd {ratio(('vmirq-file-vic+kvm', 32), ('qsd-file', 32), 'iops'):.2f}x, "
-      f"none / qsd {ratio(('vmirq-file-none', 32), ('qsd-file', 32), 'iops'):.2f}x")
+print("defaults against defaults (vmirq / qsd, each round against the peer run just before it):")
+show("QD32 IOPS", ("vmirq", 32), ("qsd", 32), "iops", ">= 1.2")
+if ("vmirq", 32) in rows:
+    print(f"  QD32 notifications per I/O: {med(('vmirq', 32), 'notif_per_io'):.3f} (<= 0.1); "
+          f"qsd {med(('qsd', 32), 'notif_per_io'):.3f}")
+show("QD32 CPU per I/O (client + server)", ("vmirq", 32), ("qsd", 32), "cpu_ns_per_io", "<= 1")
+show("QD32 IOPS vs qsd with IOThread polling", ("vmirq", 32), ("qsd-iothread-poll", 32), "iops", "")
+show("QD32 IOPS without kick polling (vic+never)", ("vmirq-vic+never", 32), ("qsd", 32), "iops", "")
+show("QD1 p50", ("vmirq", 1), ("qsd", 1), "p50_us", "<= 0.7")
+show("QD1 IOPS", ("vmirq", 1), ("qsd", 1), "iops", "")
+show("QD1 CPU per I/O (client + server)", ("vmirq", 1), ("qsd", 1), "cpu_ns_per_io", "")
+show("QD1 p50, the defaults before issue 14 (none+never)", ("vmirq-none+never", 1), ("qsd", 1), "p50_us", "")
+show("O_DIRECT image QD32 IOPS", ("vmirq-file", 32), ("qsd-file", 32), "iops", "")
+for alt in ("vmirq-histogram", "vmirq-none"):
+    for qd in (32, 1):
+        show(f"QD{qd} IOPS, {alt} against the defaults", (alt, qd), ("vmirq", qd), "iops", "")
+        show(f"QD{qd} p50, {alt} against the defaults", (alt, qd), ("vmirq", qd), "p50_us", "")
 PY

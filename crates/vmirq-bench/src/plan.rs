@@ -58,29 +58,29 @@ fn poll(workload: Workload) -> Job {
     }
 }
 
-/// The vmirq targets of a preset (moderation policy with the backend's default poll policy,
-/// plus adaptive polling where the preset includes it).
+/// The vmirq targets of a preset besides `vmirq` itself (the defaults, in every preset):
+/// moderation policies without kick polling (`+never`, the defaults before kick polling
+/// was), and explicit polling configurations to compare the defaults with.
 fn vmirq_targets(preset: Preset) -> Vec<&'static str> {
     match preset {
-        Preset::Tiny => vec!["vmirq:none"],
-        Preset::Quick => vec!["vmirq:none", "vmirq:vic"],
+        Preset::Tiny => vec!["vmirq:none+never"],
+        Preset::Quick => vec!["vmirq:none+never", "vmirq:vic+never"],
         Preset::Default => vec![
+            "vmirq:none+never",
+            "vmirq:vic+never",
             "vmirq:none",
-            "vmirq:vic",
-            "vmirq:dim",
-            "vmirq:none+kvm",
-            "vmirq:vic+kvm",
+            "vmirq:vic+histogram",
         ],
         Preset::Full => vec![
+            "vmirq:none+never",
+            "vmirq:count:usecs=50,frames=32+never",
+            "vmirq:vic+never",
+            "vmirq:ipi-gap:gap_us=100+never",
+            "vmirq:dim+never",
+            "vmirq:spdk+never",
+            "vmirq:budget:us=20+never",
             "vmirq:none",
-            "vmirq:count:usecs=50,frames=32",
-            "vmirq:vic",
-            "vmirq:ipi-gap:gap_us=100",
-            "vmirq:dim",
-            "vmirq:spdk",
-            "vmirq:budget:us=20",
-            "vmirq:none+kvm",
-            "vmirq:vic+kvm",
+            "vmirq:vic+histogram",
         ],
     }
 }
@@ -130,16 +130,18 @@ fn jobs(preset: Preset) -> Vec<Job> {
 }
 
 impl Plan {
-    /// The plan of `preset`; `peer` adds qemu-storage-daemon.
+    /// The plan of `preset`; `peer` adds qemu-storage-daemon. The first targets are the
+    /// headline: the peer's defaults and vmirq's, then bare and the rest.
     #[must_use]
     pub fn preset(preset: Preset, peer: bool) -> Self {
-        let mut targets = vec![TargetSpec::Bare];
+        let mut targets = Vec::new();
         if peer {
             targets.push(TargetSpec::Qsd);
-            // Polling vmirq targets meet the peer's own polling mode too.
-            if matches!(preset, Preset::Default | Preset::Full) {
-                targets.push(TargetSpec::QsdPoll);
-            }
+        }
+        targets.extend([TargetSpec::VmirqDefaults, TargetSpec::Bare]);
+        // Polling vmirq targets meet the peer's own polling mode too.
+        if peer && matches!(preset, Preset::Default | Preset::Full) {
+            targets.push(TargetSpec::QsdPoll);
         }
         targets.extend(
             vmirq_targets(preset)
@@ -191,9 +193,16 @@ mod tests {
             };
             assert_eq!(
                 plan.targets.len(),
-                1 + peers + vmirq_targets(p).len(),
+                2 + peers + vmirq_targets(p).len(),
                 "{p:?}"
             );
+            // The headline pair leads: the peer's defaults, then vmirq's.
+            assert_eq!(
+                plan.targets[..2],
+                [TargetSpec::Qsd, TargetSpec::VmirqDefaults]
+            );
+            let without_peer = Plan::preset(p, false);
+            assert_eq!(without_peer.targets[0], TargetSpec::VmirqDefaults);
         }
     }
 

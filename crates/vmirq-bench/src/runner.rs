@@ -41,10 +41,18 @@ pub struct Outcome {
 /// The target whose bursty run is recorded for the knob replay: unmoderated, so completions
 /// reach the client when the device finished them.
 fn trace_source(plan: &Plan) -> Option<TargetSpec> {
-    let none: Option<TargetSpec> = "vmirq:none".parse().ok();
+    let unmoderated = |t: &&TargetSpec| {
+        matches!(
+            t,
+            TargetSpec::Vmirq {
+                moderation: vmirq_policy::spec::ModerationSpec::None,
+                ..
+            }
+        )
+    };
     plan.targets
         .iter()
-        .find(|t| Some(**t) == none)
+        .find(unmoderated)
         .or_else(|| plan.targets.iter().find(|t| t.is_peer()))
         .or_else(|| plan.targets.first())
         .copied()

@@ -69,7 +69,8 @@ pub fn plan_for(opts: &Options, qsd: Option<&PathBuf>) -> (Plan, Vec<String>) {
             let wanted = match t {
                 TargetSpec::Vmirq { .. } => true,
                 TargetSpec::QsdPoll => peer,
-                TargetSpec::Bare | TargetSpec::Qsd => false, // always in the plan
+                // always in the plan
+                TargetSpec::Bare | TargetSpec::Qsd | TargetSpec::VmirqDefaults => false,
             };
             if wanted && !plan.targets.contains(t) {
                 plan.targets.push(*t);
@@ -77,8 +78,7 @@ pub fn plan_for(opts: &Options, qsd: Option<&PathBuf>) -> (Plan, Vec<String>) {
         }
     }
     if opts.no_vmirq {
-        plan.targets
-            .retain(|t| !matches!(t, TargetSpec::Vmirq { .. }));
+        plan.targets.retain(|t| !t.is_vmirq());
     }
     if let Some(r) = opts.repetitions {
         plan.repetitions = r.max(1);

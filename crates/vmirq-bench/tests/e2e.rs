@@ -184,11 +184,11 @@ fn vmirq_serve_tiny_matrix() {
     let json: serde_json::Value =
         serde_json::from_str(&doc.to_json().expect("json")).expect("parse");
     check_contract(&json);
-    let none = cell(&json, "vmirq:none", 1);
+    let none = cell(&json, "vmirq:none+never", 1);
     let n = none["notifications_per_io"].as_f64().unwrap_or(0.0);
     assert!(
         (0.8..=1.1).contains(&n),
-        "vmirq:none QD1 notifications per I/O: {n}"
+        "vmirq:none+never QD1 notifications per I/O: {n}"
     );
     let w = none["wakeups_per_io"].as_f64().unwrap_or(0.0);
     assert!(w <= n + 1e-9, "wakeups {w} exceed notifications {n}");
@@ -203,4 +203,23 @@ fn vmirq_serve_tiny_matrix() {
     );
     let kicks = none["backend_per_io"]["kicks"].as_f64().unwrap_or(0.0);
     assert!(kicks > 0.5 && kicks <= 1.05, "QD1 kicks per I/O: {kicks}");
+    assert_eq!(none["backend_per_io"]["poll_hits"].as_f64(), Some(0.0));
+    // `vmirq` is `vmirq serve` with its defaults, which poll for kicks: every QD-1 wait either
+    // polled (hit or miss) or was refused by the contention gate (the test shares the CPUs).
+    let defaults = cell(&json, "vmirq", 1);
+    let b = &defaults["backend_per_io"];
+    let polls: f64 = ["poll_hits", "poll_misses", "poll_contended"]
+        .iter()
+        .map(|k| b[*k].as_f64().unwrap_or(0.0))
+        .sum();
+    assert!(polls > 0.5, "the defaults did not poll: {b}");
+    // With the peer, the JSON leads with defaults against defaults.
+    if json["run"]["targets"][0] == "qemu-storage-daemon" {
+        let h = &json["defaults_vs_peer"];
+        assert_eq!(h["target"], "vmirq");
+        assert_eq!(h["jobs"].as_array().map(Vec::len), Some(2), "{h}");
+        assert!(h["iops_ratio_geomean"].as_f64().unwrap_or(0.0) > 0.0, "{h}");
+    } else {
+        assert!(json["defaults_vs_peer"].is_null());
+    }
 }

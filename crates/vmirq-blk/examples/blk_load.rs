@@ -5,7 +5,11 @@
 //! arrive while the client is still running), `sleeps` the client thread's voluntary context
 //! switches (it really blocked: each costs a cross-CPU wakeup).
 //!
-//! `cargo run --release --example blk_load -- SOCKET QD SECONDS [read|write]`
+//! With RATE, requests go out open-loop at RATE per second instead (one at a time, each on
+//! its own schedule; RATE 0: connected and idle for SECONDS): the trickle and idle cases of
+//! `scripts/blk-idle-cpu.sh`.
+//!
+//! `cargo run --release --example blk_load -- SOCKET QD SECONDS [read|write] [RATE]`
 #![allow(missing_docs)]
 #![allow(clippy::cast_precision_loss)] // float reporting of counts
 
@@ -18,12 +22,13 @@ const BS: usize = 4096;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: blk_load SOCKET QD SECONDS [read|write]");
+        eprintln!("usage: blk_load SOCKET QD SECONDS [read|write] [RATE]");
         std::process::exit(2);
     }
     let qd: usize = args[2].parse().expect("QD");
     let secs: f64 = args[3].parse().expect("SECONDS");
     let write = args.get(4).is_some_and(|m| m == "write");
+    let rate: Option<f64> = args.get(5).map(|r| r.parse().expect("RATE"));
     let mut b = Blkio::new("virtio-blk-vhost-user").expect("blkio");
     b.set_str("path", &args[1]).expect("path");
     b.connect().expect("connect");
@@ -51,6 +56,11 @@ fn main() {
             q.read(lba, p, BS, slot, ReqFlags::empty());
         }
     };
+    if let Some(rate) = rate {
+        let mut submit_one = |q: &mut blkio::Blkioq| submit(q, 0, next_lba());
+        paced(&mut q, fd, rate, secs, &mut submit_one);
+        return;
+    }
     for (slot, t) in issued_at.iter_mut().enumerate() {
         *t = Instant::now();
         submit(&mut q, slot, next_lba());
@@ -115,6 +125,58 @@ fn main() {
         pct(50) as f64 / 1000.0,
         pct(99) as f64 / 1000.0,
         cpu0 / elapsed * 100.0
+    );
+}
+
+/// Open loop: one request every `1 / rate` seconds for `secs` (none when `rate` is 0), each
+/// waited for in interrupt mode before the next is due. Prints one JSON line.
+fn paced(
+    q: &mut blkio::Blkioq,
+    fd: i32,
+    rate: f64,
+    secs: f64,
+    submit_one: &mut dyn FnMut(&mut blkio::Blkioq),
+) {
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let mut comps: Vec<MaybeUninit<Completion>> = vec![MaybeUninit::uninit()];
+    let (mut ios, mut notifications, mut lat_max_us) = (0u64, 0u64, 0f64);
+    let mut due = start;
+    while rate > 0.0 && due < end {
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let t = Instant::now();
+        submit_one(q);
+        loop {
+            if q.do_io(&mut comps, 0, None, None).expect("do_io") == 1 {
+                break;
+            }
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut pfd, 1, 2000) };
+            assert!(ready > 0, "no completion for 2 s: lost notification");
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into v from the eventfd.
+            if unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) } == 8 {
+                notifications += v;
+            }
+        }
+        lat_max_us = lat_max_us.max(t.elapsed().as_secs_f64() * 1e6);
+        ios += 1;
+        due += Duration::from_secs_f64(1.0 / rate);
+    }
+    if let Some(rest) = end.checked_duration_since(Instant::now()) {
+        std::thread::sleep(rest);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    println!(
+        "{{\"rate\":{rate},\"ios\":{ios},\"iops\":{:.1},\"notifications\":{notifications},\"lat_max_us\":{lat_max_us:.1},\"seconds\":{elapsed:.2}}}",
+        ios as f64 / elapsed
     );
 }
 

@@ -5,7 +5,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use vmirq_policy::spec::{ModerationSpec, WaitSpec};
+use vmirq_policy::moderation::VicConfig;
+use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
+use vmirq_policy::wait::KvmHaltPollConfig;
 
 /// Largest number of queues (the vhost-user thread masks are 64-bit).
 pub const MAX_QUEUES: u16 = 64;
@@ -15,6 +17,18 @@ pub const MAX_QUEUE_SIZE: u16 = 32768;
 pub const DEFAULT_QUEUE_SIZE: u16 = 256;
 /// Default Prometheus port when `--metrics` gives only a port.
 pub const DEFAULT_METRICS_HOST: [u8; 4] = [127, 0, 0, 1];
+
+/// Completion moderation when none is given: `vic` (the README's "Defaults" says why).
+#[must_use]
+pub fn default_moderation() -> ModerationSpec {
+    ModerationSpec::Vic(VicConfig::default())
+}
+
+/// Kick wait policy when none is given: `kvm` (KVM's halt-polling rule, 200 µs ceiling).
+#[must_use]
+pub fn default_poll() -> WaitSpec {
+    WaitSpec::Kvm(KvmHaltPollConfig::default())
+}
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -75,6 +89,8 @@ pub struct ServerOptions {
     pub moderation: ModerationSpec,
     /// Kick wait policy of every queue.
     pub poll: WaitSpec,
+    /// When kick polling stops because a neighbour wants the worker's CPU.
+    pub contention: ContentionSpec,
     /// Refuse writes; do not offer DISCARD / WRITE_ZEROES.
     pub read_only: bool,
     /// Prometheus endpoint: `PORT` (loopback) or `HOST:PORT`.
@@ -102,6 +118,8 @@ pub struct ServerConfig {
     pub moderation: ModerationSpec,
     /// Kick wait policy.
     pub poll: WaitSpec,
+    /// Kick-poll contention gate.
+    pub contention: ContentionSpec,
     /// Read-only disk.
     pub read_only: bool,
     /// Prometheus endpoint.
@@ -122,8 +140,9 @@ impl ServerOptions {
             queues: 1,
             queue_size: DEFAULT_QUEUE_SIZE,
             threads: None,
-            moderation: ModerationSpec::None,
-            poll: WaitSpec::Never,
+            moderation: default_moderation(),
+            poll: default_poll(),
+            contention: ContentionSpec::default(),
             read_only: false,
             metrics: None,
             once: false,
@@ -170,6 +189,7 @@ impl ServerOptions {
             threads,
             moderation: self.moderation,
             poll: self.poll,
+            contention: self.contention,
             read_only: self.read_only,
             metrics,
             once: self.once,
@@ -251,6 +271,17 @@ mod tests {
         let mut o = base();
         o.disk = DiskSpec::Null(100);
         assert_eq!(o.validate().err(), Some(ConfigError::DiskSize));
+    }
+
+    #[test]
+    fn defaults_are_vic_with_kvm_polling_that_stops_under_contention() {
+        let c = ServerOptions::new("/tmp/x.sock", DiskSpec::Null(1 << 20))
+            .validate()
+            .expect("defaults are valid");
+        assert_eq!(c.moderation.to_string(), "vic");
+        assert_eq!(c.poll.to_string(), "kvm");
+        assert_eq!(c.contention.to_string(), "stop");
+        assert!(c.contention.0.enabled());
     }
 
     #[test]

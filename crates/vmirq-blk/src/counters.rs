@@ -59,6 +59,8 @@ counters! {
     poll_hits,
     /// Kick waits where polling found nothing and the worker went to sleep.
     poll_misses,
+    /// Kick polls the contention gate refused or cut short (a neighbour wanted the CPU).
+    poll_contended,
     /// Requests completed with an error status, and queue-level errors.
     errors,
     /// Times the queue stopped because the driver broke a ring rule (a chain that cannot be

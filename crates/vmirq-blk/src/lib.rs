@@ -25,6 +25,7 @@ pub mod chain;
 pub mod clock;
 pub mod config;
 pub mod counters;
+pub mod cpustat;
 pub mod engine;
 pub mod guard;
 pub mod guest_io;

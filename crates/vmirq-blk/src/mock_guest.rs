@@ -535,6 +535,11 @@ pub struct DeviceOpts {
     pub moderation: vmirq_policy::spec::ModerationSpec,
     /// Wait policy.
     pub poll: vmirq_policy::spec::WaitSpec,
+    /// Contention gate (off by default, so that polling tests do not depend on the machine).
+    pub contention: vmirq_policy::spec::ContentionSpec,
+    /// Share of its runnable time the simulated worker thread waits for its CPU, in percent:
+    /// what the contention gate sees instead of the real thread's schedstat.
+    pub cpu_waited_pct: u64,
     /// Engine bound on batches per event (small values exercise the resume-by-timer path).
     pub max_batches_per_event: usize,
     /// Logical block size of the disk (512, or 4096 as for a 4Kn device).
@@ -550,9 +555,42 @@ impl Default for DeviceOpts {
             read_only: false,
             moderation: vmirq_policy::spec::ModerationSpec::None,
             poll: vmirq_policy::spec::WaitSpec::Never,
+            contention: vmirq_policy::spec::ContentionSpec::OFF,
+            cpu_waited_pct: 0,
             max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
             block_size: 512,
         }
+    }
+}
+
+/// A worker thread's CPU as the contention gate would see it: runnable all the time (it
+/// polls), waiting `waited_pct` percent of it, by the wall clock.
+#[derive(Debug)]
+pub struct SimulatedCpu {
+    start: vmirq_policy::Nanos,
+    waited_pct: u64,
+}
+
+impl SimulatedCpu {
+    /// Waiting `waited_pct` percent (at most 100) of the time from now on.
+    #[must_use]
+    pub fn new(waited_pct: u64) -> Self {
+        Self {
+            start: crate::clock::now_ns(),
+            waited_pct: waited_pct.min(100),
+        }
+    }
+}
+
+impl crate::cpustat::CpuSource for SimulatedCpu {
+    fn read(&mut self) -> Option<crate::cpustat::CpuTotals> {
+        let t = crate::clock::now_ns().saturating_sub(self.start);
+        let waited = t / 100 * self.waited_pct;
+        Some(crate::cpustat::CpuTotals {
+            ran_ns: t - waited,
+            waited_ns: waited,
+            process_ns: t - waited,
+        })
     }
 }
 
@@ -605,6 +643,8 @@ impl TestDevice {
             device_id: *TEST_SERIAL,
             moderation: o.moderation.build(),
             waiter: o.poll.build(),
+            contention: o.contention.build(),
+            cpu: crate::cpustat::CpuSampler::new(Box::new(SimulatedCpu::new(o.cpu_waited_pct))),
             counters: std::sync::Arc::clone(&counters),
             max_batches_per_event: o.max_batches_per_event,
         };

@@ -266,6 +266,10 @@ impl Server {
                 device_id: c.serial,
                 moderation: c.moderation.build(),
                 waiter: c.poll.build(),
+                contention: c.contention.build(),
+                cpu: crate::cpustat::CpuSampler::new(Box::new(
+                    crate::cpustat::ThreadSchedstat::new(),
+                )),
                 counters: Arc::clone(&self.handle.counters[usize::from(q)]),
                 max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
             };

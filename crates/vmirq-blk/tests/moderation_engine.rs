@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use vmirq_blk::clock::now_ns;
 use vmirq_blk::mock_guest::{DeviceOpts, TestDevice};
 use vmirq_blk::virtio::req;
+use vmirq_policy::spec::ContentionSpec;
 
 const SECTOR: u32 = 512;
 
@@ -183,6 +184,52 @@ fn poll_window_is_bounded_by_the_wait_policy_and_counted_as_a_miss() {
     submit_n(&mut n, 1);
     n.kick();
     assert_eq!(n.counters.snapshot().poll_misses, 0);
+}
+
+/// The contention gate: a worker that waits for its CPU half of the time (an equal-weight
+/// neighbour) stops polling within one 4 ms verdict and does not poll again while the gate is
+/// closed; one that waits 2 % (a nice-19 neighbour's share) polls its whole window.
+#[test]
+fn polling_stops_when_a_neighbour_wants_the_cpu() {
+    let device = |waited_pct| {
+        TestDevice::new(DeviceOpts {
+            poll: "fixed:ns=20000000".parse().expect("spec"),
+            contention: ContentionSpec::default(),
+            cpu_waited_pct: waited_pct,
+            ..DeviceOpts::default()
+        })
+    };
+    let mut busy = device(50);
+    submit_n(&mut busy, 1);
+    let t = Instant::now();
+    busy.kick();
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(4),
+        "stopped before a verdict: {took:?}"
+    );
+    assert!(took < Duration::from_millis(15), "kept polling: {took:?}");
+    let c = busy.counters.snapshot();
+    assert_eq!((c.poll_misses, c.poll_contended), (1, 1));
+    // Closed for 10 ms: the next wait sleeps at once.
+    submit_n(&mut busy, 1);
+    let t = Instant::now();
+    busy.kick();
+    assert!(t.elapsed() < Duration::from_millis(4), "{:?}", t.elapsed());
+    let c = busy.counters.snapshot();
+    assert_eq!((c.poll_misses, c.poll_contended, c.requests), (1, 2, 2));
+
+    let mut quiet = device(2);
+    submit_n(&mut quiet, 1);
+    let t = Instant::now();
+    quiet.kick();
+    assert!(
+        t.elapsed() >= Duration::from_millis(20),
+        "{:?}",
+        t.elapsed()
+    );
+    let c = quiet.counters.snapshot();
+    assert_eq!((c.poll_misses, c.poll_contended), (1, 0));
 }
 
 /// Regression: when the engine yields after its batch bound it resumes through its own

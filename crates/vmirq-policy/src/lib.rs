@@ -17,7 +17,9 @@
 //!   `none`, `count` (virtio-net NOTF_COAL semantics), `vic`, `ipi-gap`, `dim` (net_dim,
 //!   rdma_dim, latency-adaptive), `spdk`, `budget`.
 //! - [`wait`]: wait policies (how long to poll before sleeping): `never`, `fixed`, `kvm`
-//!   (KVM halt polling), `guest-haltpoll`, `histogram`.
+//!   (KVM halt polling), `guest-haltpoll`, `histogram`; and the contention gate, which turns
+//!   any of them into sleeps while the caller's CPU samples show a neighbour waiting for the
+//!   waiter's CPU (KVM's `single_task_running()` check, from userspace).
 //!
 //! Plus [`pollmode`] (when a queue worker should switch between notification mode and busy
 //! polling), [`event_idx`] (virtio EVENT_IDX arithmetic) and [`spec`] (the policy-spec syntax

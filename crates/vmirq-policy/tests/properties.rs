@@ -6,7 +6,10 @@ use vmirq_policy::moderation::{
     RequestKind, Vic, VicConfig,
 };
 use vmirq_policy::spec::{ModerationSpec, WaitSpec};
-use vmirq_policy::wait::{KvmHaltPoll, KvmHaltPollConfig, Waiter, WakeOutcome};
+use vmirq_policy::wait::{
+    ContentionConfig, ContentionGate, CpuSample, KvmHaltPoll, KvmHaltPollConfig, WaitDecision,
+    Waiter, WakeOutcome,
+};
 
 const DONE: Event = Event::Complete(CompletionMeta {
     kind: RequestKind::Read,
@@ -219,5 +222,30 @@ proptest! {
                 w.end(t, WakeOutcome { slept: *idle > window, valid: true, wake_cost_ns: idle / 10 });
             }
         }
+    }
+
+    /// The contention gate: a closed spell never outlasts `hold_max_ns` past the sample that
+    /// closed it, a waiter that never waits is never stopped, and a sleep is never turned
+    /// into a poll.
+    #[test]
+    fn contention_gate_is_bounded_and_never_invents_polls(
+        samples in proptest::collection::vec((1u64..3_000_000, 0u64..3_000_000, 0u64..3_000_000), 1..400),
+        wait_pct in 1u32..=100,
+    ) {
+        let cfg = ContentionConfig { wait_pct, ..ContentionConfig::default() };
+        let mut gate = ContentionGate::new(cfg);
+        let mut never_waits = ContentionGate::new(cfg);
+        let mut t = 0u64;
+        for (dt, ran_ns, waited_ns) in samples {
+            t += dt;
+            gate.on_sample(t, CpuSample { ran_ns, waited_ns, siblings_ns: 0 });
+            never_waits.on_sample(t, CpuSample { ran_ns, waited_ns: 0, siblings_ns: waited_ns });
+            prop_assert!(gate.is_open(t + cfg.hold_max_ns));
+            prop_assert!(never_waits.is_open(t));
+            prop_assert_eq!(gate.admit(t, WaitDecision::Sleep), WaitDecision::Sleep);
+            let poll = WaitDecision::Poll { until: t + 1 };
+            prop_assert_eq!(gate.admit(t, poll) == poll, gate.is_open(t));
+        }
+        prop_assert!(gate.stats().contended <= gate.stats().verdicts);
     }
 }

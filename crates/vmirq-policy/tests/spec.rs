@@ -126,3 +126,43 @@ fn table_of_nine_rows_is_refused() {
     let eight = "1:1/1;2:1/1;3:1/1;4:1/1;5:1/1;6:1/1;7:1/1;8:1/1";
     assert!(m(&format!("vic:table={eight}")).is_ok());
 }
+
+#[test]
+fn contention_specs_parse_round_trip_and_refuse_nonsense() {
+    use vmirq_policy::spec::ContentionSpec;
+    let c = |s: &str| s.parse::<ContentionSpec>();
+    for spec in [
+        "off",
+        "stop",
+        "stop:wait_pct=25",
+        "stop:verdict_ns=2000000,hold_ns=5000000,hold_max_ns=500000000",
+    ] {
+        let parsed = c(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let printed = parsed.to_string();
+        assert_eq!(c(&printed), Ok(parsed), "{spec} printed as {printed}");
+    }
+    assert_eq!(
+        c("stop:wait_pct=10").map(|s| s.to_string()),
+        Ok("stop".into())
+    );
+    assert_eq!(ContentionSpec::default().to_string(), "stop");
+    assert!(!c("off").expect("off").0.enabled());
+    // A cap below the first hold is raised to it: the gate cannot back off below its start.
+    let s = c("stop:hold_ns=50000000,hold_max_ns=1000").expect("spec");
+    assert_eq!(s.0.hold_max_ns, 50_000_000);
+    for bad in [
+        "",
+        "maybe",
+        "stop:wait_pct=0",
+        "stop:wait_pct=101",
+        "stop:x=1",
+        "off:wait_pct=5",
+    ] {
+        assert!(c(bad).is_err(), "{bad} accepted");
+    }
+    let msg = c("stop:hold=1").expect_err("unknown key").to_string();
+    assert!(
+        msg.contains("wait_pct, verdict_ns, hold_ns, hold_max_ns"),
+        "{msg}"
+    );
+}

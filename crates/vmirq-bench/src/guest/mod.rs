@@ -78,7 +78,7 @@ impl Options {
     /// The default targets: vmirq's defaults, vIC with KVM-style kick polling, and the peer.
     #[must_use]
     pub fn default_targets() -> Vec<TargetSpec> {
-        ["vmirq:none", "vmirq:vic+kvm", "qemu-storage-daemon"]
+        ["vmirq", "vmirq:vic+kvm", "qemu-storage-daemon"]
             .iter()
             .filter_map(|t| t.parse().ok())
             .collect()
@@ -313,11 +313,14 @@ fn one_boot(
         .tempdir()
         .map_err(|e| e.to_string())?;
     let socket = place.path().join("blk.sock");
+    let image_arg = image.display().to_string();
     let backend = match target {
+        TargetSpec::VmirqDefaults => {
+            Backend::vmirq_serve(&opts.vmirq_exe, &socket, &["--image", image_arg.as_str()])
+        }
         TargetSpec::Vmirq { moderation, poll } => {
             let m = moderation.to_string();
             let p = poll.map(|p| p.to_string());
-            let image_arg = image.display().to_string();
             let mut args = vec!["--image", image_arg.as_str(), "--moderation", m.as_str()];
             if let Some(p) = &p {
                 args.extend(["--poll", p.as_str()]);

@@ -1,6 +1,10 @@
 //! The JSON report. Contract for scripts: a top-level object with `revision`, `machine` and
 //! `cells`; each cell has at least `target`, `workload`, `queue_depth`, `client_mode`,
-//! `iops`, `lat_ns` (with `p50`, `p99`), `notifications_per_io` and `cpu_ns_per_io`; and
+//! `iops`, `lat_ns` (with `p50`, `p99`), `notifications_per_io` and `cpu_ns_per_io`;
+//! `defaults_vs_peer` (null without both): `vmirq serve` with no policy flags against
+//! qemu-storage-daemon with no options, per job (`iops_ratio`, `p50_ratio`, `p99_ratio`,
+//! `cpu_ratio`, notifications per I/O of both) with `iops_ratio_geomean`, `iops_ratio_min` and
+//! `cpu_ratio_median`; and
 //! `kvm`, an object with `status` (`ran`, `skipped`, `failed`), `reason` when not run, and
 //! `wake`, the `vmirq kvm wake --json` object, when run.
 
@@ -56,13 +60,25 @@ pub struct Document {
     pub kvm: crate::kvm::KvmSection,
 }
 
+/// What is written: the document plus the headline derived from its cells.
+#[derive(Serialize)]
+struct Written<'a> {
+    #[serde(flatten)]
+    doc: &'a Document,
+    /// `vmirq` (defaults) against qemu-storage-daemon (defaults), job by job.
+    defaults_vs_peer: Option<super::summary::Headline>,
+}
+
 impl Document {
-    /// Pretty-printed JSON.
+    /// Pretty-printed JSON, with `defaults_vs_peer` ([`super::summary::headline`]) added.
     ///
     /// # Errors
     /// Serialisation failure (not expected for this data).
     pub fn to_json(&self) -> crate::Result<String> {
-        Ok(serde_json::to_string_pretty(self)?)
+        Ok(serde_json::to_string_pretty(&Written {
+            doc: self,
+            defaults_vs_peer: super::summary::headline(&self.cells),
+        })?)
     }
 
     /// Read back a report written by [`Document::to_json`] (to render it again).

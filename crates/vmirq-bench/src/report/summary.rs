@@ -1,10 +1,136 @@
-//! The short reading printed under the table: per target, how it compares with the peer
-//! across all jobs (geometric mean of IOPS ratios, median p99 and CPU ratios) and the latency
-//! it adds over bare at queue depth 1.
+//! The short reading printed under the table. It leads with the headline, defaults against
+//! defaults: `vmirq` (`vmirq serve` with no policy flags) against qemu-storage-daemon with no
+//! options, job by job ([`headline`]); then per target how it compares with the peer across
+//! all jobs (geometric mean of IOPS ratios, median p99 and CPU ratios) and the latency it adds
+//! over bare at queue depth 1.
 
 use crate::results::CellResult;
 use crate::stats::Spread;
+use crate::target::TargetSpec;
+use serde::Serialize;
 use std::fmt::Write;
+
+/// One job of the headline: `vmirq` against the peer, ratios paired per repetition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeadlineJob {
+    /// Workload name.
+    pub workload: String,
+    /// Queue depth.
+    pub queue_depth: u32,
+    /// `interrupt` or `poll`.
+    pub client_mode: String,
+    /// vmirq's median IOPS.
+    pub iops: f64,
+    /// The peer's median IOPS.
+    pub peer_iops: f64,
+    /// IOPS ratio (above 1: vmirq ahead).
+    pub iops_ratio: f64,
+    /// p50 latency ratio (below 1: vmirq faster).
+    pub p50_ratio: f64,
+    /// p99 latency ratio.
+    pub p99_ratio: f64,
+    /// CPU per I/O ratio, client plus backend (below 1: vmirq cheaper).
+    pub cpu_ratio: f64,
+    /// vmirq's notifications per I/O.
+    pub notifications_per_io: f64,
+    /// The peer's notifications per I/O.
+    pub peer_notifications_per_io: f64,
+}
+
+/// Defaults against defaults over every job both ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Headline {
+    /// The vmirq target (`vmirq`).
+    pub target: String,
+    /// The peer (`qemu-storage-daemon`).
+    pub peer: String,
+    /// Per job, in plan order.
+    pub jobs: Vec<HeadlineJob>,
+    /// Geometric mean of the IOPS ratios.
+    pub iops_ratio_geomean: f64,
+    /// The lowest IOPS ratio of any job.
+    pub iops_ratio_min: f64,
+    /// Median of the CPU-per-I/O ratios.
+    pub cpu_ratio_median: f64,
+}
+
+/// The headline, if both `vmirq` and the peer have cells with paired repetitions.
+#[must_use]
+pub fn headline(cells: &[CellResult]) -> Option<Headline> {
+    let target = TargetSpec::VmirqDefaults.to_string();
+    let peer = TargetSpec::Qsd.to_string();
+    let jobs: Vec<HeadlineJob> = cells
+        .iter()
+        .filter(|c| c.target == target)
+        .filter_map(|c| {
+            let vs = c.vs_peer?;
+            let p = cells.iter().find(|p| p.target == peer && p.same_job(c))?;
+            Some(HeadlineJob {
+                workload: c.workload.clone(),
+                queue_depth: c.queue_depth,
+                client_mode: c.client_mode.as_str().to_owned(),
+                iops: c.iops,
+                peer_iops: p.iops,
+                iops_ratio: vs.iops,
+                p50_ratio: vs.p50,
+                p99_ratio: vs.p99,
+                cpu_ratio: vs.cpu_ns_per_io,
+                notifications_per_io: c.notifications_per_io,
+                peer_notifications_per_io: p.notifications_per_io,
+            })
+        })
+        .collect();
+    if jobs.is_empty() {
+        return None;
+    }
+    let ratios: Vec<f64> = jobs.iter().map(|j| j.iops_ratio).collect();
+    Some(Headline {
+        target,
+        peer,
+        iops_ratio_geomean: geomean(&ratios),
+        iops_ratio_min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        cpu_ratio_median: Spread::over(&jobs, |j| j.cpu_ratio).median,
+        jobs,
+    })
+}
+
+/// The headline as text (empty without one).
+#[must_use]
+pub fn render_headline(h: Option<&Headline>) -> String {
+    let Some(h) = h else {
+        return String::new();
+    };
+    let mut out = format!(
+        "Defaults against defaults: {} (no policy flags) vs {} (no options); ratios paired per \
+         repetition, medians:\n",
+        h.target, h.peer
+    );
+    for j in &h.jobs {
+        let _ = writeln!(
+            out,
+            "  {:<13} QD {:<3} {:<9}  IOPS {:>5.2}x  p50 {:>5.2}x  p99 {:>5.2}x  CPU/IO {:>5.2}x  \
+             notif/IO {:.3} (peer {:.3})",
+            j.workload,
+            j.queue_depth,
+            j.client_mode,
+            j.iops_ratio,
+            j.p50_ratio,
+            j.p99_ratio,
+            j.cpu_ratio,
+            j.notifications_per_io,
+            j.peer_notifications_per_io
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  over {} jobs: IOPS x{:.2} (geomean), lowest x{:.2}; CPU/IO x{:.2} (median)\n",
+        h.jobs.len(),
+        h.iops_ratio_geomean,
+        h.iops_ratio_min,
+        h.cpu_ratio_median
+    );
+    out
+}
 
 /// Geometric mean of the finite, positive values (NaN if there are none).
 #[must_use]
@@ -21,7 +147,7 @@ pub fn geomean(values: &[f64]) -> f64 {
     (logs.iter().sum::<f64>() / crate::stats::as_f64(logs.len() as u64)).exp()
 }
 
-/// One line per non-bare target.
+/// The headline, then one line per non-bare target.
 #[must_use]
 pub fn render(cells: &[CellResult]) -> String {
     let mut targets: Vec<&str> = Vec::new();
@@ -30,7 +156,7 @@ pub fn render(cells: &[CellResult]) -> String {
             targets.push(&c.target);
         }
     }
-    let mut out = String::new();
+    let mut out = render_headline(headline(cells).as_ref());
     for t in targets {
         let mine: Vec<&CellResult> = cells
             .iter()
@@ -75,6 +201,62 @@ pub fn render(cells: &[CellResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::finalize;
+    use crate::stats::Metrics;
+    use crate::workload::{ClientMode, Workload};
+
+    fn cell(target: &TargetSpec, workload: &Workload, iops: &[u64]) -> CellResult {
+        let mut c = CellResult::new(target, workload, ClientMode::Interrupt, iops.len());
+        for (slot, &x) in c.runs.iter_mut().zip(iops) {
+            let mut m = Metrics {
+                iops: crate::stats::as_f64(x),
+                cpu_ns_per_io: 1e9 / crate::stats::as_f64(x),
+                ..Metrics::default()
+            };
+            m.lat_ns.p50 = 1_000_000_000 / x;
+            m.lat_ns.p99 = 2 * m.lat_ns.p50;
+            *slot = Some(m);
+        }
+        c
+    }
+
+    #[test]
+    fn headline_pairs_vmirq_defaults_with_the_peer_job_by_job() {
+        let (qd1, qd32) = (Workload::randread(1), Workload::randread(32));
+        let other: TargetSpec = "vmirq:none+never".parse().expect("spec");
+        let mut cells = vec![
+            cell(&TargetSpec::Qsd, &qd1, &[100, 100]),
+            cell(&TargetSpec::VmirqDefaults, &qd1, &[200, 300]),
+            cell(&other, &qd1, &[1000, 1000]),
+            cell(&TargetSpec::Qsd, &qd32, &[1000, 1000]),
+            cell(&TargetSpec::VmirqDefaults, &qd32, &[500, 500]),
+        ];
+        finalize(&mut cells);
+        let h = headline(&cells).expect("headline");
+        assert_eq!(
+            (h.target.as_str(), h.peer.as_str()),
+            ("vmirq", "qemu-storage-daemon")
+        );
+        assert_eq!(h.jobs.len(), 2);
+        assert!((h.jobs[0].iops_ratio - 2.5).abs() < 1e-9, "{:?}", h.jobs[0]);
+        assert!((h.jobs[1].iops_ratio - 0.5).abs() < 1e-9);
+        assert!((h.jobs[1].p50_ratio - 2.0).abs() < 1e-9);
+        assert!((h.iops_ratio_min - 0.5).abs() < 1e-9);
+        assert!((h.iops_ratio_geomean - 1.25f64.sqrt()).abs() < 1e-9);
+        let text = render(&cells);
+        assert!(
+            text.starts_with("Defaults against defaults: vmirq"),
+            "{text}"
+        );
+        assert!(text.contains("lowest x0.50"), "{text}");
+        // Without the peer there is no headline.
+        let alone: Vec<CellResult> = cells
+            .into_iter()
+            .filter(|c| c.target != "qemu-storage-daemon")
+            .collect();
+        assert!(headline(&alone).is_none());
+        assert!(!render(&alone).starts_with("Defaults"));
+    }
 
     #[test]
     fn geomean_ignores_non_positive() {

@@ -26,6 +26,8 @@ pub struct BackendCounters {
     pub poll_hits: u64,
     /// Kick waits where polling found nothing and the worker slept.
     pub poll_misses: u64,
+    /// Kick polls the contention gate refused or cut short.
+    pub poll_contended: u64,
 }
 
 impl BackendCounters {
@@ -55,6 +57,7 @@ impl BackendCounters {
                     "timer_fires" => &mut total.timer_fires,
                     "poll_hits" => &mut total.poll_hits,
                     "poll_misses" => &mut total.poll_misses,
+                    "poll_contended" => &mut total.poll_contended,
                     _ => continue,
                 };
                 *slot = slot.saturating_add(v);
@@ -79,6 +82,7 @@ impl BackendCounters {
             timer_fires: per(self.timer_fires),
             poll_hits: per(self.poll_hits),
             poll_misses: per(self.poll_misses),
+            poll_contended: per(self.poll_contended),
         })
     }
 }
@@ -100,6 +104,8 @@ pub struct BackendPerIo {
     pub poll_hits: f64,
     /// Kick waits that fell asleep per request.
     pub poll_misses: f64,
+    /// Kick polls refused or cut short by the contention gate per request.
+    pub poll_contended: f64,
 }
 
 #[cfg(test)]
@@ -110,13 +116,15 @@ mod tests {
     fn parses_the_exit_summary_of_every_queue() {
         let log =
             "WARN something\nqueue 0: requests=100 read_bytes=4096 kicks=40 notifications=30 \
-                   suppressed=70 held=5 timer_fires=2 poll_hits=1 poll_misses=39 errors=0\n\
+                   suppressed=70 held=5 timer_fires=2 poll_hits=1 poll_misses=39 poll_contended=8 \
+                   errors=0\n\
                    queue 1: requests=100 kicks=10 notifications=x\n";
         let c = BackendCounters::parse(log).expect("summary");
         assert_eq!(c.requests, 200);
         assert_eq!(c.kicks, 50);
         assert_eq!(c.notifications, 30);
         assert_eq!((c.suppressed, c.held, c.timer_fires), (70, 5, 2));
+        assert_eq!((c.poll_hits, c.poll_misses, c.poll_contended), (1, 39, 8));
         let per = c.per_request().expect("ratios");
         assert!((per.kicks - 0.25).abs() < 1e-12);
         assert!((per.suppressed - 0.35).abs() < 1e-12);

@@ -92,7 +92,7 @@ impl Running {
             child: Some(child),
             socket: Some(socket),
             log: Some(log),
-            once: matches!(spec, TargetSpec::Vmirq { .. }),
+            once: spec.is_vmirq(),
         };
         running.wait_ready(spec)?;
         Ok(running)

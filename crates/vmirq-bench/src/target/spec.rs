@@ -1,6 +1,8 @@
 //! Target names: `bare`, `qemu-storage-daemon` (alias `qsd`), `qemu-storage-daemon+poll`
 //! (alias `qsd+poll`: the export in an IOThread with adaptive polling, QEMU's own polling
-//! mode), and `vmirq:<moderation spec>[+<poll spec>]`, e.g. `vmirq:vic`, `vmirq:none+kvm`.
+//! mode), `vmirq` (`vmirq serve` with no policy flags: its defaults) and
+//! `vmirq:<moderation spec>[+<poll spec>]`, e.g. `vmirq:vic+never`, `vmirq:none+kvm`; without
+//! `+<poll spec>` the backend's default kick wait applies.
 
 use crate::error::{BenchError, Result};
 use std::fmt;
@@ -17,6 +19,9 @@ pub enum TargetSpec {
     /// The peer with its export in an IOThread that polls adaptively (`poll-max-ns`), the
     /// fair opponent for vmirq targets with kick polling.
     QsdPoll,
+    /// `vmirq serve` with no policy flags: what a user gets by default, compared first with
+    /// the peer's defaults.
+    VmirqDefaults,
     /// `vmirq serve` with a moderation policy and a wait (poll) policy.
     Vmirq {
         /// Completion moderation policy.
@@ -33,6 +38,12 @@ impl TargetSpec {
         !matches!(self, Self::Bare)
     }
 
+    /// Whether the backend is `vmirq serve`.
+    #[must_use]
+    pub fn is_vmirq(&self) -> bool {
+        matches!(self, Self::VmirqDefaults | Self::Vmirq { .. })
+    }
+
     /// Whether this is the peer every vmirq target is compared with.
     #[must_use]
     pub fn is_peer(&self) -> bool {
@@ -46,6 +57,7 @@ impl fmt::Display for TargetSpec {
             Self::Bare => f.write_str("bare"),
             Self::Qsd => f.write_str("qemu-storage-daemon"),
             Self::QsdPoll => f.write_str("qemu-storage-daemon+poll"),
+            Self::VmirqDefaults => f.write_str("vmirq"),
             Self::Vmirq {
                 moderation,
                 poll: None,
@@ -71,11 +83,13 @@ impl FromStr for TargetSpec {
             "bare" => return Ok(Self::Bare),
             "qsd" | "qemu-storage-daemon" => return Ok(Self::Qsd),
             "qsd+poll" | "qemu-storage-daemon+poll" => return Ok(Self::QsdPoll),
+            "vmirq" => return Ok(Self::VmirqDefaults),
             _ => {}
         }
         let Some(rest) = s.strip_prefix("vmirq:") else {
             return Err(invalid(
-                "expected bare, qemu-storage-daemon, qemu-storage-daemon+poll or vmirq:<policy>"
+                "expected bare, qemu-storage-daemon, qemu-storage-daemon+poll, vmirq or \
+                 vmirq:<policy>"
                     .into(),
             ));
         };
@@ -102,7 +116,9 @@ mod tests {
             "bare",
             "qemu-storage-daemon",
             "qemu-storage-daemon+poll",
+            "vmirq",
             "vmirq:none",
+            "vmirq:vic+never",
         ] {
             let t: TargetSpec = name.parse().expect(name);
             assert_eq!(t.to_string(), name);

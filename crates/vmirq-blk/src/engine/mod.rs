@@ -7,8 +7,9 @@
 //! and completion goes to the queue's moderation policy. A `Notify` decision signals the guest
 //! at once (subject to EVENT_IDX); the hold timer follows the last decision (armed for `Hold`,
 //! cancelled otherwise). Then the wait policy decides whether to poll the available ring
-//! (bounded by its window) before going back to epoll. At most the storage context's
-//! capacity of requests is in flight; further chains stay in the ring until tags free up.
+//! (bounded by its window, and not while the contention gate is closed) before going back to
+//! epoll. At most the storage context's capacity of requests is in flight; further chains
+//! stay in the ring until tags free up.
 //!
 //! The engine does not know about vhost-user: it works on a [`Ring`] (a `Queue` and a way to
 //! signal) and a guest memory snapshot, so tests drive it with a mock guest directly.
@@ -20,6 +21,7 @@ mod tracking;
 use crate::chain::Violation;
 use crate::clock::now_ns;
 use crate::counters::QueueCounters;
+use crate::cpustat::CpuSampler;
 use crate::request::DiskGeometry;
 use crate::storage::QueueIo;
 use crate::timer::HoldTimer;
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmirq_policy::moderation::{Decision, Event, Moderation, Moderator};
-use vmirq_policy::wait::{Wait, Waiter, WakeOutcome};
+use vmirq_policy::wait::{ContentionGate, Wait, Waiter, WakeOutcome};
 use vmirq_policy::Nanos;
 
 /// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks for no used-buffer notifications.
@@ -108,6 +110,10 @@ pub struct EngineParts {
     pub moderation: Moderation,
     /// Kick wait policy.
     pub waiter: Wait,
+    /// Stops kick polling while the worker's CPU is contended.
+    pub contention: ContentionGate,
+    /// The worker thread's CPU time and run-queue delay, for the contention gate.
+    pub cpu: CpuSampler,
     /// Counters of this queue.
     pub counters: Arc<QueueCounters>,
     /// Bound on batches per event before yielding (normally [`MAX_BATCHES_PER_EVENT`]).

@@ -1,6 +1,7 @@
 //! Kick waits: poll the available ring for the window the wait policy allows, then sleep.
 //! While polling, the worker is not in epoll, so it also completes finished storage
-//! operations and delivers a due hold timer itself.
+//! operations and delivers a due hold timer itself. The contention gate may turn a poll into
+//! a sleep, or end it early, when the worker's CPU samples show a neighbour waiting for it.
 
 use super::{EngineError, QueueEngine, Ring};
 use crate::clock::now_ns;
@@ -39,8 +40,15 @@ impl QueueEngine {
             return Ok(false);
         }
         let start = now_ns();
-        let until = match self.parts.waiter.begin(start) {
+        let wanted = self.parts.waiter.begin(start);
+        if matches!(wanted, WaitDecision::Poll { .. }) {
+            self.sample_cpu(start);
+        }
+        let until = match self.parts.contention.admit(start, wanted) {
             WaitDecision::Sleep => {
+                if wanted != WaitDecision::Sleep {
+                    QueueCounters::add(&self.parts.counters.poll_contended, 1);
+                }
                 self.sleeping_since = Some(start);
                 return Ok(false);
             }
@@ -65,6 +73,11 @@ impl QueueEngine {
             if now >= until || spins >= MAX_POLL_SPINS {
                 break;
             }
+            if !self.sample_cpu(now) {
+                // A neighbour wants this CPU: stop polling now, as KVM does.
+                QueueCounters::add(&self.parts.counters.poll_contended, 1);
+                break;
+            }
             if in_flight && spins % YIELD_EVERY_SPINS == 0 {
                 std::thread::yield_now();
             } else {
@@ -78,6 +91,19 @@ impl QueueEngine {
         QueueCounters::add(&self.parts.counters.poll_misses, 1);
         self.sleeping_since = Some(now_ns());
         Ok(false)
+    }
+
+    /// Feed the contention gate a CPU sample if one is due; returns whether polling is still
+    /// allowed. Nothing is read when the gate is off.
+    fn sample_cpu(&mut self, now: vmirq_policy::Nanos) -> bool {
+        let gate = &mut self.parts.contention;
+        if !gate.config().enabled() {
+            return true;
+        }
+        match self.parts.cpu.sample(now) {
+            Some(sample) => gate.on_sample(now, sample),
+            None => gate.is_open(now),
+        }
     }
 
     fn poll_hit(&mut self, now: vmirq_policy::Nanos) -> Result<bool, EngineError> {

@@ -7,13 +7,17 @@
 //! reports how it ended with [`Waiter::end`] so adaptive policies can learn.
 //!
 //! Every poll window is bounded by the policy's configured maximum ([`Waiter::max_window_ns`]).
+//! A [`ContentionGate`] in front of any of them turns polls into sleeps while the waiter's CPU
+//! is contended (the caller passes in what the scheduler did to it).
 
+mod contention;
 mod fixed;
 mod haltpoll;
 mod histogram;
 mod kvm;
 mod policy;
 
+pub use contention::{ContentionConfig, ContentionGate, CpuSample, GateStats};
 pub use fixed::{Fixed, Never};
 pub use haltpoll::{GuestHaltpoll, GuestHaltpollConfig};
 pub use histogram::{Histogram, HistogramConfig, HISTOGRAM_BUCKETS};

@@ -19,13 +19,14 @@ pub struct Args {
     /// Small matrix, finishes in under a minute.
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// Every workload, queue depth and policy (about 11 minutes on 2 cores).
+    /// Every workload, queue depth and policy (about 13 minutes on 2 cores).
     #[arg(long)]
     full: bool,
-    /// A vmirq target to run instead of the preset's (repeatable), e.g. `--target vmirq:vic
-    /// --target vmirq:count:usecs=50,frames=32 --target vmirq:none+kvm`; bare and
-    /// qemu-storage-daemon always run, `qemu-storage-daemon+poll` (its polling IOThread) may
-    /// be added.
+    /// A vmirq target to run instead of the preset's (repeatable), e.g. `--target
+    /// vmirq:vic+never --target vmirq:count:usecs=50,frames=32 --target vmirq:none+kvm`
+    /// (without `+POLL` the backend's default kick wait applies); bare, qemu-storage-daemon
+    /// and `vmirq` (`vmirq serve` with its defaults) always run, `qemu-storage-daemon+poll`
+    /// (its polling IOThread) may be added.
     #[arg(long = "target", value_name = "SPEC")]
     targets: Option<Vec<String>>,
     /// Repetitions of each cell (default: 3; 2 with --quick).

@@ -5,10 +5,14 @@ use clap::Args as ClapArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vmirq_blk::{parse_size, DiskSpec, Server, ServerOptions};
-use vmirq_policy::spec::{ModerationSpec, WaitSpec};
+use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
+
+/// Why the policy defaults are what they are (shown by `vmirq serve --help`).
+const DEFAULTS_HELP: &str = include_str!("serve_defaults.txt");
 
 /// Options of `vmirq serve`.
 #[derive(Debug, ClapArgs)]
+#[command(after_long_help = DEFAULTS_HELP)]
 #[command(group(clap::ArgGroup::new("disk").required(true).args(["image", "ram", "null"])))]
 pub struct Args {
     /// vhost-user unix socket to listen on (created; an old file at the path is replaced).
@@ -35,12 +39,16 @@ pub struct Args {
     /// Worker threads; queues are split into this many groups (default: one per queue).
     #[arg(long)]
     threads: Option<u16>,
-    /// Completion moderation policy of every queue, e.g. `none`, `vic`, `count:usecs=50,frames=32`.
-    #[arg(long, default_value = "none", value_name = "SPEC")]
+    /// Completion moderation policy of every queue, e.g. `vic`, `none`, `count:usecs=50,frames=32`.
+    #[arg(long, default_value_t = vmirq_blk::config::default_moderation(), value_name = "SPEC")]
     moderation: ModerationSpec,
-    /// Kick wait policy of every queue, e.g. `never`, `kvm:max_ns=200000`, `fixed:ns=50000`.
-    #[arg(long, default_value = "never", value_name = "SPEC")]
+    /// Kick wait policy of every queue, e.g. `kvm`, `never`, `histogram`, `fixed:ns=50000`.
+    #[arg(long, default_value_t = vmirq_blk::config::default_poll(), value_name = "SPEC")]
     poll: WaitSpec,
+    /// When kick polling stops for a neighbour: `stop` (while the worker waits for its CPU
+    /// at least `wait_pct`=10 % of its runnable time), `stop:wait_pct=P`, or `off`.
+    #[arg(long, default_value_t = ContentionSpec::default(), value_name = "SPEC")]
+    poll_contention: ContentionSpec,
     /// Export the disk read-only (writes fail; DISCARD/WRITE_ZEROES not offered).
     #[arg(long, alias = "readonly")]
     read_only: bool,
@@ -72,6 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     opts.threads = args.threads;
     opts.moderation = args.moderation;
     opts.poll = args.poll;
+    opts.contention = args.poll_contention;
     opts.read_only = args.read_only;
     opts.metrics = args.metrics;
     opts.once = args.once;
