@@ -19,13 +19,28 @@ pub struct AddedLatency {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct VsPeer {
     /// IOPS / peer IOPS (above 1 is better).
+    #[serde(deserialize_with = "nan_if_null")]
     pub iops: f64,
-    /// p50 latency / peer p50 (below 1 is better).
+    /// p50 latency / peer p50 (below 1 is better); NaN in reports saved before it existed.
+    #[serde(default = "unknown", deserialize_with = "nan_if_null")]
     pub p50: f64,
     /// p99 latency / peer p99 (below 1 is better).
+    #[serde(deserialize_with = "nan_if_null")]
     pub p99: f64,
     /// CPU per I/O / peer CPU per I/O (below 1 is better).
+    #[serde(deserialize_with = "nan_if_null")]
     pub cpu_ns_per_io: f64,
+}
+
+/// A ratio that was not measured.
+fn unknown() -> f64 {
+    f64::NAN
+}
+
+/// Read a ratio back: JSON has no NaN, so an undefined ratio (a zero denominator, see
+/// [`ratio`]) was written as `null`.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// Spreads over repetitions of the headline numbers.
