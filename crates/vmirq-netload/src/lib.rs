@@ -17,5 +17,12 @@
 #[cfg(not(target_endian = "little"))]
 compile_error!("virtio 1.x rings are little-endian; this driver accesses them natively");
 
+pub mod frame;
 pub mod memory;
+pub mod peer;
+pub mod port;
 pub mod ring;
+pub mod run;
+pub mod vhost;
+pub mod virtio_net;
+pub mod workload;
