@@ -23,6 +23,8 @@ pub mod peer;
 pub mod port;
 pub mod ring;
 pub mod run;
+#[cfg(test)]
+mod test_device;
 pub mod vhost;
 pub mod virtio_net;
 pub mod workload;

@@ -191,7 +191,9 @@ pub struct PortCounters {
 #[derive(Debug)]
 pub struct NetPort {
     path: PathBuf,
-    session: Session,
+    /// `None` only for the unit tests' detached ports.
+    session: Option<Session>,
+    features: u64,
     mem: GuestMemory,
     cfg: PortConfig,
     mrg_rxbuf: bool,
@@ -236,6 +238,21 @@ impl NetPort {
         let session = Session::connect(path, wanted, 0, cfg.reply_timeout).map_err(session_err)?;
         let features = session.features();
         tracing::debug!(path = %path.display(), features = ?vn::feature_names(features), "negotiated");
+        let mut port = Self::build(path, cfg, mac, pattern, features)?;
+        port.session = Some(session);
+        port.start().map_err(session_err)?;
+        Ok(port)
+    }
+
+    /// Memory, rings and buffers for `features`, RX ring filled, nothing connected.
+    fn build(
+        path: &Path,
+        cfg: PortConfig,
+        mac: Mac,
+        pattern: &Pattern,
+        features: u64,
+    ) -> Result<Self> {
+        cfg.check()?;
         let event_idx = features & vn::F_EVENT_IDX != 0;
         let mrg_rxbuf = features & vn::F_MRG_RXBUF != 0;
         if !mrg_rxbuf && cfg.rx_buf_len < cfg.tx_frame_max + HDR_U32 {
@@ -269,7 +286,8 @@ impl NetPort {
         let (rx_kick, rx_call, tx_kick, tx_call) = (eventfd()?, eventfd()?, eventfd()?, eventfd()?);
         let mut port = Self {
             path: path.to_path_buf(),
-            session,
+            session: None,
+            features,
             mem,
             cfg,
             mrg_rxbuf,
@@ -289,18 +307,18 @@ impl NetPort {
         port.fill_rx()?;
         // TX completions are reaped when sending; no interrupts unless the ring fills.
         port.tx.disable_cb(&port.mem).map_err(ring_err("tx"))?;
-        port.start().map_err(session_err)?;
         Ok(port)
     }
 
     fn start(&mut self) -> std::result::Result<(), SessionError> {
-        self.session.set_memory(&self.mem)?;
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        session.set_memory(&self.mem)?;
         let rx = self.rx.layout();
         let tx = self.tx.layout();
-        self.session
-            .start_ring(vn::RX_QUEUE, rx, &self.mem, &self.rx_kick, &self.rx_call)?;
-        self.session
-            .start_ring(vn::TX_QUEUE, tx, &self.mem, &self.tx_kick, &self.tx_call)
+        session.start_ring(vn::RX_QUEUE, rx, &self.mem, &self.rx_kick, &self.rx_call)?;
+        session.start_ring(vn::TX_QUEUE, tx, &self.mem, &self.tx_kick, &self.tx_call)
     }
 
     /// The socket this port is connected to.
@@ -318,7 +336,7 @@ impl NetPort {
     /// Negotiated virtio features.
     #[must_use]
     pub const fn features(&self) -> u64 {
-        self.session.features()
+        self.features
     }
 
     /// Counters so far.
@@ -594,13 +612,14 @@ impl NetPort {
     /// The backend refused or did not answer.
     pub fn close(mut self) -> Result<()> {
         let path = self.path.clone();
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
         for q in [vn::RX_QUEUE, vn::TX_QUEUE] {
-            self.session
-                .stop_ring(q)
-                .map_err(|source| PortError::Session {
-                    path: path.clone(),
-                    source,
-                })?;
+            session.stop_ring(q).map_err(|source| PortError::Session {
+                path: path.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -625,3 +644,6 @@ pub fn connect_all(
 fn kick(fd: &EventFd) -> Result<()> {
     fd.write(1).map_err(PortError::Kick)
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,59 +3,8 @@
 //! device for the faults. Names follow the virtio 1.x clauses they check.
 
 use super::*;
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap};
-
-struct Device {
-    gm: GuestMemoryMmap,
-    q: Queue,
-}
-
-impl Device {
-    fn new(mem: &GuestMemory, layout: RingLayout, event_idx: bool) -> Self {
-        let file = mem.try_clone_file().expect("dup memfd");
-        let len = usize::try_from(mem.len()).expect("fits");
-        let gm = GuestMemoryMmap::from_ranges_with_files([(
-            GuestAddress(0),
-            len,
-            Some(FileOffset::new(file, 0)),
-        )])
-        .expect("device view");
-        let mut q = Queue::new(layout.size).expect("queue");
-        q.set_size(layout.size);
-        q.try_set_desc_table_address(GuestAddress(layout.desc))
-            .expect("desc");
-        q.try_set_avail_ring_address(GuestAddress(layout.avail))
-            .expect("avail");
-        q.try_set_used_ring_address(GuestAddress(layout.used))
-            .expect("used");
-        q.set_event_idx(event_idx);
-        q.set_ready(true);
-        assert!(q.is_valid(&gm));
-        Self { gm, q }
-    }
-
-    /// Pop every available chain: (head, addr, len, device-writable).
-    fn take_all(&mut self) -> Vec<(u16, u64, u32, bool)> {
-        let mut out = Vec::new();
-        let mut iter = self.q.iter(&self.gm).expect("avail iter");
-        for chain in iter.by_ref() {
-            let head = chain.head_index();
-            let descs: Vec<_> = chain.collect();
-            assert_eq!(descs.len(), 1, "one descriptor per buffer");
-            let d = descs[0];
-            out.push((head, d.addr().0, d.len(), d.is_write_only()));
-        }
-        out
-    }
-
-    fn complete(&mut self, head: u16, len: u32) -> bool {
-        self.q.add_used(&self.gm, head, len).expect("add_used");
-        self.q
-            .needs_notification(&self.gm)
-            .expect("needs_notification")
-    }
-}
+use crate::test_device::TestDevice as Device;
+use virtio_queue::QueueT;
 
 fn setup(size: u16, event_idx: bool) -> (GuestMemory, DriverRing, Device) {
     let mem = GuestMemory::new(1 << 20).expect("memfd");
