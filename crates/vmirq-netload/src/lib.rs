@@ -17,6 +17,7 @@
 #[cfg(not(target_endian = "little"))]
 compile_error!("virtio 1.x rings are little-endian; this driver accesses them natively");
 
+pub mod bench;
 pub mod frame;
 pub mod memory;
 pub mod peer;

@@ -126,6 +126,20 @@ impl TestPmdConfig {
         }
     }
 
+    /// The virtio-user reference client for `sockets` (a vhost peer's), forwarding on lcore
+    /// 0 (main lcore 1), so that it and a peer forwarding on lcore 1 do not share a CPU.
+    /// virtio-user shares its memory with the peer, so it needs hugepages.
+    #[must_use]
+    pub fn virtio_user_client(sockets: Vec<PathBuf>, log: PathBuf) -> Self {
+        let mut cfg = Self::vhost_peer(sockets, log);
+        cfg.role = Role::VirtioUser;
+        cfg.main_lcore = 1;
+        cfg.file_prefix = format!("{}-client", cfg.file_prefix);
+        cfg.hugepages = true;
+        cfg.max_pkt_len = 1518;
+        cfg
+    }
+
     fn args(&self) -> Vec<String> {
         let mut a = vec![
             "-l".into(),
@@ -367,6 +381,70 @@ pub fn rx_pps_samples(log: &str) -> Vec<Vec<u64>> {
         reports.push(current);
     }
     reports
+}
+
+/// What the classic vhost loopback moved: testpmd's virtio-user client forwarding through
+/// testpmd's vhost peer, both polling, 64-byte frames circulating from `--tx-first`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loopback {
+    /// Received packets/s (all client ports) of each statistics report after warm-up.
+    pub pps: Vec<u64>,
+    /// The client's command line.
+    pub client_cmdline: String,
+    /// The peer's command line.
+    pub peer_cmdline: String,
+}
+
+impl Loopback {
+    /// Median of the reports.
+    #[must_use]
+    pub fn median_pps(&self) -> u64 {
+        let mut v = self.pps.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    }
+}
+
+/// Run the classic loopback for `seconds` (plus two seconds of warm-up) with sockets and
+/// logs in `dir`: the reference packet rate of this machine for a polling client.
+///
+/// # Errors
+/// [`PeerError`]; [`PeerError::NotReady`] when hugepages are missing.
+pub fn loopback_reference(dir: &Path, seconds: u32) -> Result<Loopback> {
+    if hugepages_free_mb().is_none_or(|mb| mb < 512) {
+        return Err(PeerError::NotReady {
+            reason: "virtio-user needs 512 MiB of free hugepages (scripts/hugepages.sh)".into(),
+        });
+    }
+    let sockets = vec![socket_path(dir, 0), socket_path(dir, 1)];
+    let peer_cfg = TestPmdConfig::vhost_peer(sockets.clone(), dir.join("loopback-peer.log"));
+    let peer = TestPmd::start(&peer_cfg)?;
+    let client_cfg = TestPmdConfig::virtio_user_client(sockets, dir.join("loopback-client.log"));
+    let mut client = TestPmd::start(&client_cfg)?;
+    let warmup = 2;
+    let want = usize::try_from(seconds + warmup).unwrap_or(usize::MAX);
+    let log = client_cfg.log.clone();
+    client.wait_until(
+        || {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            rx_pps_samples(&text).len() > want
+        },
+        "statistics reports",
+    )?;
+    let client_cmdline = client.cmdline().to_string();
+    let peer_cmdline = peer.cmdline().to_string();
+    let text = client.stop()?;
+    peer.stop()?;
+    let pps = rx_pps_samples(&text)
+        .into_iter()
+        .skip(usize::try_from(warmup).unwrap_or(0) + 1)
+        .map(|ports| ports.iter().sum())
+        .collect();
+    Ok(Loopback {
+        pps,
+        client_cmdline,
+        peer_cmdline,
+    })
 }
 
 /// Path of socket `i` of a set in `dir`.
