@@ -43,6 +43,9 @@ pub enum BenchError {
 pub struct BenchConfig {
     /// vhost-user-net sockets to connect to; empty: start testpmd's vhost PMD as the peer.
     pub sockets: Vec<PathBuf>,
+    /// Ports of the testpmd peer when `sockets` is empty (2; 4 puts a mix's messages on
+    /// their own queues).
+    pub testpmd_ports: usize,
     /// Traffic.
     pub workload: Workload,
     /// Modes, interleaved in this order in every repeat.
@@ -133,6 +136,11 @@ const METRICS: &[Metric] = &[
         name: "client CPU/packet",
         unit: "(ns)",
         get: |r| Some(r.cpu_ns_per_packet),
+    },
+    Metric {
+        name: "machine busy",
+        unit: "(%)",
+        get: |r| r.machine_busy.map(|b| b * 100.0),
     },
     Metric {
         name: "lost frames",
@@ -235,10 +243,7 @@ pub fn bench(
     cfg: &BenchConfig,
     mut progress: impl FnMut(&Report),
 ) -> Result<BenchResult, BenchError> {
-    let ports_needed = match cfg.workload {
-        Workload::Mix { .. } if cfg.sockets.len() == 4 => 4,
-        _ => 2,
-    };
+    let ports_needed = cfg.testpmd_ports;
     let dir;
     let mut pmd = None;
     let sockets = if cfg.sockets.is_empty() {

@@ -595,6 +595,7 @@ impl<'a> Engine<'a> {
             rr_completed: self.rr.as_ref().map_or(0, |r| r.completed),
             wakeups: self.wakeups,
             timer_wakeups: self.timer_wakeups,
+            machine_ticks: os::machine_ticks(),
             ..Snapshot::default()
         };
         for p in self.ports.iter_mut() {

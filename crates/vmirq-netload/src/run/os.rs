@@ -54,6 +54,22 @@ pub fn thread_cpu_ns() -> u64 {
     secs * 1_000_000_000 + nanos
 }
 
+/// Whole-machine CPU time from `/proc/stat` in clock ticks: (busy, total), busy being all
+/// but idle and iowait. `None` if unreadable.
+#[must_use]
+pub fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .take(8)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    Some((total.saturating_sub(idle), total))
+}
+
 /// Make the calling thread's timed sleeps precise (the default slack is 50 us, longer than
 /// the gaps a paced sender sleeps for).
 pub fn precise_timers() {
@@ -98,6 +114,12 @@ mod tests {
         b.write(2).expect("write");
         assert_eq!(wait_readable(&fds, Duration::from_secs(5)).ok(), Some(1));
         assert_eq!(b.read().ok(), Some(2));
+    }
+
+    #[test]
+    fn machine_ticks_are_consistent() {
+        let (busy, total) = machine_ticks().expect("/proc/stat");
+        assert!(busy <= total && total > 0);
     }
 
     #[test]

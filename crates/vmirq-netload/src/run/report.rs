@@ -25,6 +25,8 @@ pub struct Snapshot {
     pub wakeups: u64,
     /// Sleeps ended by the timeout (pacing or phase end).
     pub timer_wakeups: u64,
+    /// Whole-machine (busy, total) CPU ticks.
+    pub machine_ticks: Option<(u64, u64)>,
 }
 
 /// Frames the client could not use.
@@ -159,6 +161,9 @@ pub struct Report {
     pub cpu_ns_per_packet: f64,
     /// Client CPU time over wall time.
     pub client_cpu_util: f64,
+    /// Busy share of all the machine's CPUs during the window (a polling peer keeps one
+    /// busy; more than peer plus client is other work: noise).
+    pub machine_busy: Option<f64>,
     /// Sends refused because a TX ring was full.
     pub tx_ring_full: u64,
     /// Unusable frames.
@@ -267,6 +272,10 @@ impl Report {
             client_cpu_ns: cpu,
             cpu_ns_per_packet: per(cpu, packets),
             client_cpu_util: per(cpu, ns),
+            machine_busy: a
+                .machine_ticks
+                .zip(b.machine_ticks)
+                .map(|((b0, t0), (b1, t1))| per(b1.saturating_sub(b0), t1.saturating_sub(t0))),
             tx_ring_full: d(|c| c.tx_ring_full),
             frame_errors: t.frame_errors,
             faults: t.faults,
@@ -312,6 +321,9 @@ impl Report {
                 r.lost,
                 r.unexpected
             );
+        }
+        if let Some(busy) = self.machine_busy {
+            let _ = writeln!(s, "  machine busy {:.0}% of all CPUs", busy * 100.0);
         }
         let _ = write!(
             s,

@@ -20,6 +20,10 @@ pub struct Args {
     /// queues). Without any, testpmd's vhost PMD is started as the peer.
     #[arg(long = "socket", value_name = "PATH")]
     sockets: Vec<PathBuf>,
+    /// Ports of the testpmd peer when no --socket is given: 2, or 4 for `mix` with the
+    /// messages on their own queues (ports 2 <-> 3).
+    #[arg(long, default_value_t = 2)]
+    ports: usize,
     /// Workload: stream[:LEN][@PPS], rr[:LEN][xDEPTH], mix[:LEN][@PPS][+MSGLEN][/US].
     #[arg(long, default_value = "stream:64", value_parser = parse_workload)]
     workload: Workload,
@@ -90,6 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     run.cpu = Some(args.cpu);
     let cfg = BenchConfig {
         sockets: args.sockets,
+        testpmd_ports: args.ports,
         workload: args.workload,
         modes: args.mode,
         repeat: args.repeat,
@@ -126,10 +131,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(vmirq_netload::run::Report::lost)
         .sum();
-    Ok(if lost == 0 {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!("vmirq netload: {lost} frames lost (the peer had no receive buffer, or worse)");
-        ExitCode::from(2)
-    })
+    if lost > 0 {
+        eprintln!(
+            "vmirq netload: {lost} frames lost over all runs (the peer found no free receive \
+             buffer; --window bounds the frames in flight)"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
