@@ -606,6 +606,18 @@ impl NetPort {
         (rx, tx)
     }
 
+    /// Read (and reset) one call eventfd (`tx`: the TX queue's), adding to the counters.
+    pub fn take_call(&mut self, tx: bool) -> u64 {
+        let (fd, count) = if tx {
+            (&self.tx_call, &mut self.counters.tx_calls)
+        } else {
+            (&self.rx_call, &mut self.counters.rx_calls)
+        };
+        let n = fd.read().unwrap_or(0);
+        *count += n;
+        n
+    }
+
     /// Stop both rings (GET_VRING_BASE) and disconnect.
     ///
     /// # Errors

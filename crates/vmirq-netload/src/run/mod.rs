@@ -22,6 +22,7 @@ use report::{FrameErrors, Totals};
 pub use report::{Report, Snapshot};
 use serde::Serialize;
 use std::collections::VecDeque;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 /// Errors of a run.
@@ -251,6 +252,9 @@ struct Engine<'a> {
     /// Longest round, or longest oversleep past a timer: how long the client was away.
     stall_max_ns: u64,
     hellos: Hellos,
+    /// Reused buffers of the hot path: eventfds to sleep on (port, is TX, fd), ports sent on.
+    poll_set: Vec<(usize, bool, RawFd)>,
+    touched: Vec<bool>,
     scratch: Vec<u8>,
     inbox: Vec<(usize, std::result::Result<Probe, FrameError>)>,
 }
@@ -313,6 +317,8 @@ impl<'a> Engine<'a> {
             timer_wakeups: 0,
             stall_max_ns: 0,
             hellos: Hellos::default(),
+            poll_set: Vec::new(),
+            touched: Vec::new(),
             scratch: Vec::with_capacity(frame::FRAME_LEN_MAX as usize),
             inbox: Vec::new(),
         }
@@ -464,7 +470,9 @@ impl<'a> Engine<'a> {
     fn send_all(&mut self, now: u64) -> Result<usize> {
         self.tx_blocked.iter_mut().for_each(|b| *b = false);
         let mut sent = 0;
-        let mut touched = vec![false; self.ports.len()];
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        touched.resize(self.ports.len(), false);
         for (i, queue) in self.pending.iter_mut().enumerate() {
             while let Some(&(probe, dst)) = queue.front() {
                 let mac = self.ports[dst].mac();
@@ -522,6 +530,7 @@ impl<'a> Engine<'a> {
                 p.flush().map_err(port_err(i))?;
             }
         }
+        self.touched = touched;
         Ok(sent)
     }
 
@@ -546,26 +555,38 @@ impl<'a> Engine<'a> {
             .flatten()
             .min()
             .unwrap_or(deadline);
-            let mut fds = Vec::with_capacity(2 * self.ports.len());
+            let mut fds = std::mem::take(&mut self.poll_set);
+            fds.clear();
             for (i, p) in self.ports.iter().enumerate() {
-                fds.push(p.rx_call_fd());
+                fds.push((i, false, p.rx_call_fd()));
                 if self.tx_blocked[i] {
-                    fds.push(p.tx_call_fd());
+                    fds.push((i, true, p.tx_call_fd()));
                 }
             }
             let timeout = Duration::from_nanos(wake.saturating_sub(now));
             let expected_wake = wake.max(now);
-            let ready = os::wait_readable(&fds, timeout).map_err(RunError::Wait)?;
-            if ready > 0 {
+            let mut raw = [0; os::POLL_FDS_MAX];
+            for (r, f) in raw.iter_mut().zip(&fds) {
+                *r = f.2;
+            }
+            let ready = os::wait_readable(&raw[..fds.len().min(os::POLL_FDS_MAX)], timeout)
+                .map_err(RunError::Wait)?;
+            if ready != 0 {
                 self.wakeups += 1;
+                // Reset only the eventfds that fired (a read is a system call).
+                for (bit, &(i, tx, _)) in fds.iter().enumerate() {
+                    if ready & (1 << bit) != 0 {
+                        self.ports[i].take_call(tx);
+                    }
+                }
             } else {
                 self.timer_wakeups += 1;
                 let late = self.now().saturating_sub(expected_wake);
                 self.stall_max_ns = self.stall_max_ns.max(late);
             }
+            self.poll_set = fds;
         }
         for (i, p) in self.ports.iter_mut().enumerate() {
-            p.take_calls();
             p.rx_disable_cb().map_err(port_err(i))?;
             p.tx_disable_cb().map_err(port_err(i))?;
         }

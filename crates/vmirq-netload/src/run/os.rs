@@ -4,28 +4,32 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-/// Wait until one of `fds` is readable or `timeout` passes; returns how many are readable
-/// (0 on timeout or EINTR).
+/// Most eventfds one sleep waits on (two per port).
+pub const POLL_FDS_MAX: usize = 16;
+
+/// Wait until one of `fds` (the first [`POLL_FDS_MAX`]) is readable or `timeout` passes; returns a bit mask
+/// of the readable ones (0 on timeout or EINTR).
 ///
 /// # Errors
 /// The OS error of `ppoll`.
-pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> std::io::Result<usize> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> std::io::Result<u64> {
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; POLL_FDS_MAX];
+    let n = fds.len().min(POLL_FDS_MAX);
+    for (p, &fd) in pfds.iter_mut().zip(&fds[..n]) {
+        p.fd = fd;
+    }
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: libc::c_long::from(i32::try_from(timeout.subsec_nanos()).unwrap_or(0)),
     };
-    let n = libc::nfds_t::try_from(pfds.len()).unwrap_or(0);
-    // SAFETY: `pfds` holds `n` valid pollfd entries, `ts` is a valid timespec and a null
+    let nfds = libc::nfds_t::try_from(n).unwrap_or(0);
+    // SAFETY: `pfds` holds at least `nfds` valid pollfd entries, `ts` is a valid timespec and a null
     // signal mask is allowed.
-    let ready = unsafe { libc::ppoll(pfds.as_mut_ptr(), n, &ts, std::ptr::null()) };
+    let ready = unsafe { libc::ppoll(pfds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
     if ready < 0 {
         let err = std::io::Error::last_os_error();
         return if err.kind() == std::io::ErrorKind::Interrupted {
@@ -34,7 +38,14 @@ pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> std::io::Result<usize>
             Err(err)
         };
     }
-    Ok(usize::try_from(ready).unwrap_or(0))
+    if ready == 0 {
+        return Ok(0);
+    }
+    Ok(pfds[..n]
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.revents & libc::POLLIN != 0)
+        .fold(0, |mask, (i, _)| mask | (1 << i)))
 }
 
 /// CPU time the calling thread has used, in nanoseconds.
@@ -112,7 +123,7 @@ mod tests {
         assert_eq!(wait_readable(&fds, Duration::from_millis(20)).ok(), Some(0));
         assert!(t.elapsed() >= Duration::from_millis(15));
         b.write(2).expect("write");
-        assert_eq!(wait_readable(&fds, Duration::from_secs(5)).ok(), Some(1));
+        assert_eq!(wait_readable(&fds, Duration::from_secs(5)).ok(), Some(0b10));
         assert_eq!(b.read().ok(), Some(2));
     }
 

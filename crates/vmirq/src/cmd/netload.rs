@@ -45,6 +45,10 @@ pub struct Args {
     /// TX ring entries (QEMU's tx_queue_size).
     #[arg(long, default_value_t = 256)]
     tx_queue_size: u16,
+    /// Bytes per receive buffer, net header included (a jumbo frame spans several with
+    /// MRG_RXBUF).
+    #[arg(long, default_value_t = 2048)]
+    rx_buf_len: u32,
     /// Negotiate VIRTIO_RING_F_EVENT_IDX (on|off).
     #[arg(long, default_value = "on", value_parser = parse_on_off)]
     event_idx: bool,
@@ -102,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         port: PortConfig {
             rx_queue_size: args.rx_queue_size,
             tx_queue_size: args.tx_queue_size,
+            rx_buf_len: args.rx_buf_len,
             event_idx: args.event_idx,
             mrg_rxbuf: args.mrg_rxbuf,
             ..PortConfig::default()
