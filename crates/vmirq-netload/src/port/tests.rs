@@ -4,7 +4,7 @@
 //! leaked buffer.
 
 use super::*;
-use crate::frame::{port_mac, Kind};
+use crate::frame::{port_mac, Kind, Probe};
 use crate::test_device::{Avail, TestDevice};
 
 const FEATURES: u64 = vn::F_VERSION_1 | vn::F_MRG_RXBUF | vn::F_EVENT_IDX;
