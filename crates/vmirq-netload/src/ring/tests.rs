@@ -269,3 +269,113 @@ fn a_failing_fill_leaves_the_ring_unchanged() {
     assert_eq!(ring.free_count(), 4);
     assert!(!ring.publish(&mem).expect("nothing to publish"));
 }
+
+/// A small deterministic generator (xorshift64*), so a failing sequence reproduces by seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[test]
+fn random_operation_sequences_keep_every_buffer_accounted_for() {
+    for seed in 1..=20u64 {
+        let (mem, mut ring, mut dev) = setup(16, seed % 2 == 0);
+        let mut rng = Rng(seed * 0x9E37_79B9);
+        let mut held: Vec<u16> = Vec::new(); // device holds these
+        let mut outstanding = std::collections::BTreeSet::new(); // driver's model
+        for _ in 0..5_000 {
+            match rng.below(6) {
+                0 | 1 => {
+                    if let Some(id) = add(&mut ring, &mem, rng.below(2) == 0, 512) {
+                        assert!(
+                            outstanding.insert(id),
+                            "seed {seed}: id {id} handed out twice"
+                        );
+                    }
+                }
+                2 => {
+                    ring.publish(&mem).expect("publish");
+                    held.extend(dev.take_all().into_iter().map(|a| a.0));
+                }
+                3 if !held.is_empty() => {
+                    let i = usize::try_from(rng.below(held.len() as u64)).expect("small");
+                    let head = held.swap_remove(i);
+                    dev.complete(head, u32::try_from(rng.below(513)).expect("small"));
+                }
+                4 => {
+                    while let Some(u) = ring.pop_used(&mem).expect("an honest device") {
+                        assert!(
+                            outstanding.remove(&u.id),
+                            "seed {seed}: {u:?} not outstanding"
+                        );
+                        assert!(u.len <= 512 && u.desc_len == 512);
+                    }
+                }
+                _ => {
+                    if rng.below(2) == 0 {
+                        ring.disable_cb(&mem).expect("disable");
+                    } else {
+                        let _ = ring.enable_cb(&mem).expect("enable");
+                    }
+                }
+            }
+            assert_eq!(
+                ring.free_count() + usize::from(ring.in_flight()),
+                16,
+                "seed {seed}"
+            );
+            assert_eq!(
+                usize::from(ring.in_flight()),
+                outstanding.len(),
+                "seed {seed}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_random_hostile_used_ring_never_panics_or_loses_count() {
+    for seed in 1..=50u64 {
+        let (mem, mut ring, _dev) = setup(8, true);
+        let layout = ring.layout();
+        let mut rng = Rng(seed);
+        for step in 0..2_000u32 {
+            if rng.below(3) == 0 {
+                add(&mut ring, &mem, true, 100);
+                ring.publish(&mem).expect("publish");
+            }
+            // Garbage in the used ring: any id, any length, any index.
+            let slot = u16::try_from(rng.below(8)).expect("small");
+            let id = u32::try_from(rng.below(12)).expect("small");
+            let idx = u16::try_from(rng.below(u64::from(u16::MAX) + 1)).expect("u16");
+            let idx = if rng.below(4) == 0 {
+                idx
+            } else {
+                ring.last_used().wrapping_add(1)
+            };
+            device_writes_used(&mem, layout, slot, id, idx);
+            match ring.pop_used(&mem) {
+                Ok(Some(u)) => assert!(u.id < 8 && u.desc_len == 100, "seed {seed} step {step}"),
+                Ok(None) => {}
+                Err(RingError::Fault(f)) if f.is_fatal() => break,
+                Err(RingError::Fault(_)) => {}
+                Err(e) => panic!("seed {seed} step {step}: {e}"),
+            }
+            assert_eq!(
+                ring.free_count() + usize::from(ring.in_flight()),
+                8,
+                "seed {seed}"
+            );
+        }
+    }
+}
