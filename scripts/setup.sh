@@ -2,8 +2,9 @@
 # Installs what vmirq's commands and tests need on a Debian machine (run as root or with sudo):
 # qemu-storage-daemon (the benchmark peer, package qemu-system-common), valgrind (instruction
 # counts), and the Linux test guest's parts (scripts/guest/README.md): QEMU, Debian's cloud
-# kernel, busybox-static, fio, e2fsprogs, util-linux, cpio, xz-utils and zstd. Rust itself comes
-# from rustup (https://rustup.rs).
+# kernel, busybox-static, fio, e2fsprogs, util-linux, cpio, xz-utils and zstd; DPDK 22.11 (dpdk,
+# and dpdk-dev for dpdk-testpmd: the network peer; hugepages: scripts/hugepages.sh). Rust itself
+# comes from rustup (https://rustup.rs).
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
@@ -19,6 +20,8 @@ have blkdiscard || need+=(util-linux)
 have cpio || need+=(cpio)
 have xz || need+=(xz-utils)
 have zstd || need+=(zstd)
+dpkg-query -W -f='${Status}' dpdk 2>/dev/null | grep -q 'install ok installed' || need+=(dpdk)
+have dpdk-testpmd || need+=(dpdk-dev)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO=sudo

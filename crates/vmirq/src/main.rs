@@ -20,6 +20,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Measure wakeups, exits, halt polling and a moderated device on the real KVM.
     Kvm(cmd::kvm::Args),
+    /// Drive a vhost-user-net device as an interrupt-driven or polling guest (default peer: DPDK testpmd).
+    Netload(cmd::netload::Args),
     /// Run moderation policies over a completion trace and report notifications and delay.
     Replay(cmd::replay::Args),
     /// Serve a vhost-user-blk device whose notifications and kick waits follow vmirq policies.
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Kvm(args) => cmd::kvm::run(args),
+        Command::Netload(args) => cmd::netload::run(args),
         Command::Replay(args) => cmd::replay::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Sim(args) => cmd::sim::run(args),

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod kvm;
+pub mod netload;
 pub mod replay;
 pub mod serve;
 pub mod sim;

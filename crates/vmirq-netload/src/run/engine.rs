@@ -1,0 +1,460 @@
+//! The run loop itself (see the module above for its shape).
+
+use super::flows::{response_to, BulkFlow, RrFlow};
+use super::paths::{is_hello, Hellos};
+use super::report::{FrameErrors, Snapshot, Totals};
+use super::{os, port_err, Mode, Phase, Report, Result, RunConfig, RunError, BULK_FLOW, RR_FLOW};
+use crate::frame::{self, FrameError, Pattern, Probe};
+use crate::port::{Faults, NetPort};
+use crate::virtio_net::feature_names;
+use crate::workload::Workload;
+use hdrhistogram::Histogram;
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+pub(super) struct Engine<'a> {
+    ports: &'a mut [NetPort],
+    cfg: &'a RunConfig,
+    pattern: Pattern,
+    start: Instant,
+    bulk: Option<BulkFlow>,
+    rr: Option<RrFlow>,
+    /// Responses waiting for TX room, per port: (probe, destination port).
+    pending: Vec<VecDeque<(Probe, usize)>>,
+    tx_blocked: Vec<bool>,
+    rtt: Histogram<u64>,
+    measuring: bool,
+    errors: FrameErrors,
+    wakeups: u64,
+    timer_wakeups: u64,
+    /// Longest round, or longest oversleep past a timer: how long the client was away.
+    stall_max_ns: u64,
+    hellos: Hellos,
+    /// Reused buffers of the hot path: eventfds to sleep on (port, is TX, fd), ports sent on.
+    poll_set: Vec<(usize, bool, RawFd)>,
+    touched: Vec<bool>,
+    scratch: Vec<u8>,
+    inbox: Vec<(usize, std::result::Result<Probe, FrameError>)>,
+}
+
+impl<'a> Engine<'a> {
+    pub(super) fn new(
+        ports: &'a mut [NetPort],
+        cfg: &'a RunConfig,
+        rtt: Histogram<u64>,
+        hellos: Hellos,
+    ) -> Self {
+        let slack = ports
+            .first()
+            .map_or(256, |p| u64::from(p.tx_in_flight()) + p.tx_free() as u64);
+        let (bulk, rr) = match cfg.workload {
+            Workload::Stream {
+                frame_len,
+                rate_pps,
+            } => (
+                Some(BulkFlow::new(BULK_FLOW, 0, 1, frame_len, rate_pps, slack)),
+                None,
+            ),
+            Workload::Rr { frame_len, depth } => {
+                (None, Some(RrFlow::new(RR_FLOW, 0, 1, frame_len, depth, 0)))
+            }
+            Workload::Mix {
+                bulk_len,
+                bulk_rate_pps,
+                msg_len,
+                msg_interval_us,
+            } => {
+                let (c, s) = if ports.len() == 4 { (2, 3) } else { (0, 1) };
+                let interval = u64::from(msg_interval_us) * 1_000;
+                (
+                    Some(BulkFlow::new(
+                        BULK_FLOW,
+                        0,
+                        1,
+                        bulk_len,
+                        bulk_rate_pps,
+                        slack,
+                    )),
+                    Some(RrFlow::new(RR_FLOW, c, s, msg_len, 1, interval)),
+                )
+            }
+        };
+        let n = ports.len();
+        Self {
+            ports,
+            cfg,
+            pattern: Pattern::new(),
+            start: Instant::now(),
+            bulk,
+            rr,
+            pending: vec![VecDeque::new(); n],
+            tx_blocked: vec![false; n],
+            rtt,
+            measuring: false,
+            errors: FrameErrors::default(),
+            wakeups: 0,
+            timer_wakeups: 0,
+            stall_max_ns: 0,
+            hellos,
+            poll_set: Vec::new(),
+            touched: Vec::new(),
+            scratch: Vec::with_capacity(frame::FRAME_LEN_MAX as usize),
+            inbox: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub(super) fn run(mut self) -> Result<Report> {
+        if self.cfg.mode == Mode::Poll {
+            for (i, p) in self.ports.iter_mut().enumerate() {
+                p.rx_disable_cb().map_err(port_err(i))?;
+            }
+        }
+        let warm_end = dur_ns(self.cfg.warmup);
+        // Set when the window opens, so a stalled client still measures a full window.
+        let mut measure_end = u64::MAX;
+        let mut drain_end = u64::MAX;
+        let mut phase = Phase::Warmup;
+        let mut base = Snapshot::default();
+        let mut end = Snapshot::default();
+        loop {
+            let now = self.now();
+            if phase == Phase::Warmup && now >= warm_end {
+                base = self.snapshot(now);
+                self.measuring = true;
+                phase = Phase::Measure;
+                measure_end = now + dur_ns(self.cfg.measure);
+            }
+            if phase == Phase::Measure && now >= measure_end {
+                end = self.snapshot(now);
+                self.measuring = false;
+                self.stop_traffic();
+                phase = Phase::Drain;
+                drain_end = now + dur_ns(self.cfg.drain_max);
+            }
+            if phase == Phase::Drain && (self.settled() || now >= drain_end) {
+                break;
+            }
+            let busy = self.round(now)?;
+            self.stall_max_ns = self.stall_max_ns.max(self.now().saturating_sub(now));
+            if !busy && self.cfg.mode == Mode::Interrupt {
+                let deadline = match phase {
+                    Phase::Warmup => warm_end,
+                    Phase::Measure => measure_end,
+                    Phase::Drain => drain_end,
+                };
+                self.sleep(deadline)?;
+            }
+        }
+        for p in self.ports.iter_mut() {
+            p.take_calls();
+        }
+        Ok(self.report(&base, &end))
+    }
+
+    /// One NAPI-like round; true if there was work (the caller then polls again at once).
+    fn round(&mut self, now: u64) -> Result<bool> {
+        let (received, budget_used) = self.receive_all()?;
+        self.dispatch(now);
+        let mut reclaimed = 0;
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            if p.tx_in_flight() > 0 {
+                reclaimed += p.reclaim_tx().map_err(port_err(i))?;
+            }
+        }
+        let sent = self.send_all(now)?;
+        Ok(budget_used || received > 0 || sent > 0 || reclaimed > 0)
+    }
+
+    fn receive_all(&mut self) -> Result<(usize, bool)> {
+        let Self {
+            ports,
+            cfg,
+            pattern,
+            scratch,
+            inbox,
+            ..
+        } = self;
+        let mut total = 0;
+        let mut budget_used = false;
+        for (i, p) in ports.iter_mut().enumerate() {
+            let verify = cfg.verify_payload;
+            let n = p
+                .receive(cfg.budget, scratch, &mut |f| {
+                    inbox.push((i, frame::parse(f, pattern, verify)));
+                })
+                .map_err(port_err(i))?;
+            total += n;
+            budget_used |= n == cfg.budget;
+        }
+        Ok((total, budget_used))
+    }
+
+    fn dispatch(&mut self, now: u64) {
+        for (port, parsed) in self.inbox.drain(..) {
+            let p = match parsed {
+                Ok(p) => p,
+                Err(FrameError::Foreign) => {
+                    self.errors.foreign += 1;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(port, %e, "invalid frame");
+                    self.errors.invalid += 1;
+                    continue;
+                }
+            };
+            if is_hello(&p) {
+                // A late probe of `await_paths`.
+                self.hellos.received += 1;
+                continue;
+            }
+            let routed = match p.kind {
+                frame::Kind::Bulk => match self.bulk.as_mut() {
+                    Some(b) if b.flow == p.flow && b.rx == port => {
+                        b.on_receive(&p);
+                        true
+                    }
+                    _ => false,
+                },
+                frame::Kind::Request => match self.rr.as_ref() {
+                    Some(r) if r.flow == p.flow && r.server == port => {
+                        self.pending[port].push_back((response_to(&p), r.client));
+                        true
+                    }
+                    _ => false,
+                },
+                frame::Kind::Response => match self.rr.as_mut() {
+                    Some(r) if r.flow == p.flow && r.client == port => {
+                        if let Some(rtt) = r.on_response(&p, now) {
+                            if self.measuring {
+                                let _ = self.rtt.record(rtt.max(1));
+                            }
+                        }
+                        true
+                    }
+                    _ => false,
+                },
+            };
+            if !routed {
+                self.errors.misrouted += 1;
+            }
+        }
+    }
+
+    /// Send pending responses, due requests and due bulk frames; returns frames queued.
+    fn send_all(&mut self, now: u64) -> Result<usize> {
+        self.tx_blocked.iter_mut().for_each(|b| *b = false);
+        let mut sent = 0;
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        touched.resize(self.ports.len(), false);
+        for (i, queue) in self.pending.iter_mut().enumerate() {
+            while let Some(&(probe, dst)) = queue.front() {
+                let mac = self.ports[dst].mac();
+                if !self.ports[i]
+                    .send(&probe, mac, &self.pattern)
+                    .map_err(port_err(i))?
+                {
+                    self.tx_blocked[i] = true;
+                    break;
+                }
+                queue.pop_front();
+                sent += 1;
+                touched[i] = true;
+            }
+        }
+        if let Some(rr) = self.rr.as_mut() {
+            let (c, s) = (rr.client, rr.server);
+            for _ in 0..rr.due(now) {
+                if self.ports[c].tx_free() == 0 {
+                    self.tx_blocked[c] = true;
+                    break;
+                }
+                let probe = rr.next_request(now);
+                let mac = self.ports[s].mac();
+                self.ports[c]
+                    .send(&probe, mac, &self.pattern)
+                    .map_err(port_err(c))?;
+                sent += 1;
+                touched[c] = true;
+            }
+        }
+        if let Some(bulk) = self.bulk.as_mut() {
+            let (t, r) = (bulk.tx, bulk.rx);
+            let window = self
+                .cfg
+                .bulk_window
+                .map_or(u64::MAX, |w| w.saturating_sub(bulk.missing()));
+            let room = (self.ports[t].tx_free().min(self.cfg.budget) as u64).min(window);
+            let due = bulk.due(now, room);
+            let mac = self.ports[r].mac();
+            for _ in 0..due {
+                let probe = bulk.next_probe(now);
+                self.ports[t]
+                    .send(&probe, mac, &self.pattern)
+                    .map_err(port_err(t))?;
+                sent += 1;
+                touched[t] = true;
+            }
+            if self.ports[t].tx_free() == 0 && bulk.wants(now) {
+                self.tx_blocked[t] = true;
+            }
+        }
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            if touched[i] {
+                p.flush().map_err(port_err(i))?;
+            }
+        }
+        self.touched = touched;
+        Ok(sent)
+    }
+
+    /// Arm callbacks, and if nothing raced in, sleep until a call eventfd fires, the next
+    /// paced send is due, or `deadline`.
+    fn sleep(&mut self, deadline: u64) -> Result<()> {
+        let mut raced = false;
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            raced |= !p.rx_enable_cb().map_err(port_err(i))?;
+            if self.tx_blocked[i] {
+                raced |= !p.tx_enable_cb_delayed().map_err(port_err(i))?;
+            }
+        }
+        if !raced {
+            let now = self.now();
+            let wake = [
+                self.bulk.as_ref().and_then(BulkFlow::next_due_ns),
+                self.rr.as_ref().and_then(RrFlow::next_due_ns),
+                Some(deadline),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(deadline);
+            let mut fds = std::mem::take(&mut self.poll_set);
+            fds.clear();
+            for (i, p) in self.ports.iter().enumerate() {
+                fds.push((i, false, p.rx_call_fd()));
+                if self.tx_blocked[i] {
+                    fds.push((i, true, p.tx_call_fd()));
+                }
+            }
+            let timeout = Duration::from_nanos(wake.saturating_sub(now));
+            let expected_wake = wake.max(now);
+            let mut raw = [0; os::POLL_FDS_MAX];
+            for (r, f) in raw.iter_mut().zip(&fds) {
+                *r = f.2;
+            }
+            let ready = os::wait_readable(&raw[..fds.len().min(os::POLL_FDS_MAX)], timeout)
+                .map_err(RunError::Wait)?;
+            if ready != 0 {
+                self.wakeups += 1;
+                // Reset only the eventfds that fired (a read is a system call).
+                for (bit, &(i, tx, _)) in fds.iter().enumerate() {
+                    if ready & (1 << bit) != 0 {
+                        self.ports[i].take_call(tx);
+                    }
+                }
+            } else {
+                self.timer_wakeups += 1;
+                let late = self.now().saturating_sub(expected_wake);
+                self.stall_max_ns = self.stall_max_ns.max(late);
+            }
+            self.poll_set = fds;
+        }
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            p.rx_disable_cb().map_err(port_err(i))?;
+            p.tx_disable_cb().map_err(port_err(i))?;
+        }
+        Ok(())
+    }
+
+    fn stop_traffic(&mut self) {
+        if let Some(b) = self.bulk.as_mut() {
+            b.active = false;
+        }
+        if let Some(r) = self.rr.as_mut() {
+            r.active = false;
+        }
+    }
+
+    fn settled(&self) -> bool {
+        self.bulk.as_ref().is_none_or(|b| b.missing() == 0)
+            && self.rr.as_ref().is_none_or(|r| r.in_flight() == 0)
+            && self.pending.iter().all(VecDeque::is_empty)
+    }
+
+    fn snapshot(&mut self, now: u64) -> Snapshot {
+        let mut s = Snapshot {
+            t_ns: now,
+            cpu_ns: os::thread_cpu_ns(),
+            bulk_received: self.bulk.as_ref().map_or(0, |b| b.received),
+            rr_completed: self.rr.as_ref().map_or(0, |r| r.completed),
+            wakeups: self.wakeups,
+            timer_wakeups: self.timer_wakeups,
+            machine_ticks: os::machine_ticks(),
+            ..Snapshot::default()
+        };
+        for p in self.ports.iter_mut() {
+            p.take_calls();
+            add_counters(&mut s.ports, &p.counters());
+        }
+        s
+    }
+
+    fn report(&self, base: &Snapshot, end: &Snapshot) -> Report {
+        let mut faults = Faults::default();
+        for p in self.ports.iter() {
+            add_faults(&mut faults, &p.counters().faults);
+        }
+        let totals = Totals {
+            workload: self.cfg.workload,
+            mode: self.cfg.mode,
+            features: self
+                .ports
+                .first()
+                .map(|p| feature_names(p.features()))
+                .unwrap_or_default(),
+            bulk: self.bulk.as_ref(),
+            rr: self.rr.as_ref(),
+            rtt: &self.rtt,
+            frame_errors: self.errors,
+            faults,
+            stall_max_ns: self.stall_max_ns,
+            hellos: self.hellos,
+        };
+        Report::build(base, end, &totals)
+    }
+}
+
+fn dur_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn add_counters(sum: &mut crate::port::PortCounters, c: &crate::port::PortCounters) {
+    sum.tx_frames += c.tx_frames;
+    sum.tx_bytes += c.tx_bytes;
+    sum.rx_frames += c.rx_frames;
+    sum.rx_bytes += c.rx_bytes;
+    sum.rx_buffers += c.rx_buffers;
+    sum.tx_kicks += c.tx_kicks;
+    sum.rx_kicks += c.rx_kicks;
+    sum.rx_calls += c.rx_calls;
+    sum.tx_calls += c.tx_calls;
+    sum.tx_ring_full += c.tx_ring_full;
+    add_faults(&mut sum.faults, &c.faults);
+}
+
+fn add_faults(sum: &mut Faults, f: &Faults) {
+    sum.used_id_out_of_range += f.used_id_out_of_range;
+    sum.used_id_not_in_flight += f.used_id_not_in_flight;
+    sum.used_len_too_long += f.used_len_too_long;
+    sum.rx_short += f.rx_short;
+    sum.rx_bad_header += f.rx_bad_header;
+    sum.rx_missing_buffers += f.rx_missing_buffers;
+    sum.tx_len_nonzero += f.tx_len_nonzero;
+}

@@ -1,0 +1,166 @@
+//! The client's main loop over its ports, one thread, shaped like a guest's NAPI driver.
+//!
+//! Each round receives up to `budget` frames per port (callbacks off), answers requests,
+//! reclaims transmitted buffers and sends what the workload wants now. When a round finds
+//! nothing to do, interrupt mode re-arms the RX callbacks with EVENT_IDX (and the TX
+//! callback, delayed, on a port whose ring is full), re-checks for a race, and sleeps on the
+//! call eventfds until a signal or the next paced send; poll mode spins instead. A run has a
+//! warm-up, a measured window, and a drain (new traffic stops, in-flight frames may
+//! arrive), all bounded in time.
+
+mod engine;
+pub mod flows;
+mod os;
+mod paths;
+pub mod report;
+
+use crate::port::{NetPort, PortError};
+use crate::workload::{Workload, WorkloadError};
+use hdrhistogram::Histogram;
+pub use paths::{await_paths, Hellos};
+pub use report::{Report, Snapshot};
+use serde::Serialize;
+use std::time::Duration;
+
+/// Errors of a run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The workload does not fit.
+    #[error("workload")]
+    Workload(#[from] WorkloadError),
+    /// A port failed (broken ring, vanished backend).
+    #[error("port {index}")]
+    Port {
+        /// Port index.
+        index: usize,
+        /// The port error.
+        #[source]
+        source: PortError,
+    },
+    /// The latency histogram could not be created.
+    #[error("latency histogram")]
+    Histogram(#[from] hdrhistogram::CreationError),
+    /// Frames sent between two ports never arrived.
+    #[error("no frame from port {from} reached port {to} in {PATH_TIMEOUT:?}")]
+    NoPath {
+        /// Sending port.
+        from: usize,
+        /// Receiving port.
+        to: usize,
+    },
+    /// Sleeping on the eventfds failed.
+    #[error("waiting for call eventfds")]
+    Wait(#[source] std::io::Error),
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, RunError>;
+
+/// How the client learns that frames arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Sleep on the call eventfds between rounds (a guest's NAPI with interrupts).
+    Interrupt,
+    /// Never sleep; spin over the used rings (a polling driver, like DPDK's).
+    Poll,
+}
+
+impl Mode {
+    /// Name on the command line and in reports.
+    #[must_use]
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Self::Interrupt => "interrupt",
+            Self::Poll => "poll",
+        }
+    }
+
+    /// Parse `interrupt` or `poll`.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "interrupt" | "irq" => Some(Self::Interrupt),
+            "poll" => Some(Self::Poll),
+            _ => None,
+        }
+    }
+}
+
+/// What to run and for how long.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Traffic.
+    pub workload: Workload,
+    /// Interrupt or poll mode.
+    pub mode: Mode,
+    /// Unmeasured time at the start.
+    pub warmup: Duration,
+    /// Measured window.
+    pub measure: Duration,
+    /// Longest wait for in-flight frames after the window.
+    pub drain_max: Duration,
+    /// Frames received per port per round (NAPI weight).
+    pub budget: usize,
+    /// Compare every payload byte (header, length and trailer are always checked).
+    pub verify_payload: bool,
+    /// Pin the client thread to this CPU.
+    pub cpu: Option<usize>,
+    /// At most this many bulk frames sent and not yet received (a receive window, as TCP
+    /// keeps); `None`: unlimited, the peer drops what the receiver has no buffers for.
+    pub bulk_window: Option<u64>,
+}
+
+impl RunConfig {
+    /// Defaults: 0.5 s warm-up, 2 s measured, 0.5 s drain, budget 64, payload verified.
+    #[must_use]
+    pub const fn new(workload: Workload, mode: Mode) -> Self {
+        Self {
+            workload,
+            mode,
+            warmup: Duration::from_millis(500),
+            measure: Duration::from_secs(2),
+            drain_max: Duration::from_millis(500),
+            budget: 64,
+            verify_payload: true,
+            cpu: None,
+            bulk_window: None,
+        }
+    }
+}
+
+/// Flow ids in the frames.
+const HELLO_FLOW: u8 = 0;
+const BULK_FLOW: u8 = 1;
+const RR_FLOW: u8 = 2;
+
+pub(crate) fn port_err(index: usize) -> impl FnOnce(PortError) -> RunError {
+    move |source| RunError::Port { index, source }
+}
+
+/// How long [`await_paths`] tries before giving up.
+const PATH_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Warmup,
+    Measure,
+    Drain,
+}
+
+/// Run `cfg` over `ports` (connected, in the workload's port order) in the calling thread.
+///
+/// # Errors
+/// [`RunError`].
+pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
+    cfg.workload.validate()?;
+    cfg.workload.check_ports(ports.len())?;
+    if let Some(cpu) = cfg.cpu {
+        os::pin_to(cpu);
+    }
+    os::precise_timers();
+    let hellos = await_paths(ports)?;
+    // 1 ns .. 10 s at 3 significant digits.
+    let rtt = Histogram::new_with_bounds(1, 10_000_000_000, 3)?;
+    engine::Engine::new(ports, cfg, rtt, hellos).run()
+}

@@ -1,0 +1,344 @@
+//! What one run measured: rates, round-trip latency, interrupts, wakeups, kicks and client
+//! CPU per packet over the measured window; loss and errors over the whole run.
+
+use super::Mode;
+use crate::port::{Faults, PortCounters};
+use crate::workload::Workload;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// Counters of the whole client at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Nanoseconds since the run started.
+    pub t_ns: u64,
+    /// Client thread CPU time.
+    pub cpu_ns: u64,
+    /// Sum over ports.
+    pub ports: PortCounters,
+    /// Bulk frames received.
+    pub bulk_received: u64,
+    /// Transactions completed.
+    pub rr_completed: u64,
+    /// Sleeps ended by a call eventfd.
+    pub wakeups: u64,
+    /// Sleeps ended by the timeout (pacing or phase end).
+    pub timer_wakeups: u64,
+    /// Whole-machine (busy, total) CPU ticks.
+    pub machine_ticks: Option<(u64, u64)>,
+}
+
+/// Frames the client could not use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct FrameErrors {
+    /// Not probe frames.
+    pub foreign: u64,
+    /// Probe frames with a wrong length, payload or trailer.
+    pub invalid: u64,
+    /// Probe frames on a port or flow they were not sent to.
+    pub misrouted: u64,
+}
+
+impl FrameErrors {
+    /// Sum.
+    #[must_use]
+    pub const fn total(&self) -> u64 {
+        self.foreign + self.invalid + self.misrouted
+    }
+}
+
+/// Latency percentiles in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Median.
+    pub p50_ns: u64,
+    /// 90th percentile.
+    pub p90_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// Largest.
+    pub max_ns: u64,
+    /// Mean.
+    pub mean_ns: f64,
+}
+
+impl Latency {
+    /// Percentiles of `h`.
+    #[must_use]
+    pub fn of(h: &Histogram<u64>) -> Self {
+        Self {
+            count: h.len(),
+            p50_ns: h.value_at_quantile(0.50),
+            p90_ns: h.value_at_quantile(0.90),
+            p99_ns: h.value_at_quantile(0.99),
+            max_ns: h.max(),
+            mean_ns: h.mean(),
+        }
+    }
+}
+
+/// The bulk stream's results.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BulkReport {
+    /// Frame length.
+    pub frame_len: u32,
+    /// Frames received in the measured window.
+    pub frames: u64,
+    /// Their rate.
+    pub pps: f64,
+    /// Their bit rate (Ethernet frame bytes, no preamble or FCS).
+    pub gbit_s: f64,
+    /// Frames sent over the whole run.
+    pub sent: u64,
+    /// Frames received over the whole run.
+    pub received: u64,
+    /// Sent and never received (after draining).
+    pub lost: u64,
+    /// Received after a later frame of the flow.
+    pub out_of_order: u64,
+    /// Frames a paced sender skipped because the client fell behind.
+    pub pace_slips: u64,
+}
+
+/// The request/response flow's results.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RrReport {
+    /// Request and response length.
+    pub frame_len: u32,
+    /// Transactions completed in the measured window.
+    pub transactions: u64,
+    /// Their rate.
+    pub per_s: f64,
+    /// Round-trip time, request sent to response received.
+    pub rtt: Latency,
+    /// Requests never answered (after draining).
+    pub lost: u64,
+    /// Responses that answered nothing outstanding.
+    pub unexpected: u64,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// What ran.
+    pub workload: Workload,
+    /// Interrupt or poll mode.
+    pub mode: Mode,
+    /// Negotiated virtio features of the first port.
+    pub features: Vec<&'static str>,
+    /// Measured window.
+    pub measured_ns: u64,
+    /// Frames received by all ports in the window.
+    pub packets: u64,
+    /// Their rate.
+    pub pps: f64,
+    /// Their bit rate.
+    pub gbit_s: f64,
+    /// Bulk stream, if the workload has one.
+    pub bulk: Option<BulkReport>,
+    /// Request/response flow, if the workload has one.
+    pub rr: Option<RrReport>,
+    /// Device signals on all call eventfds (the guest's interrupts).
+    pub interrupts: u64,
+    /// Interrupts per received packet.
+    pub interrupts_per_packet: f64,
+    /// Sleeps ended by a call eventfd.
+    pub wakeups: u64,
+    /// Wakeups per received packet.
+    pub wakeups_per_packet: f64,
+    /// Sleeps ended by a timeout.
+    pub timer_wakeups: u64,
+    /// Kicks the client wrote.
+    pub kicks: u64,
+    /// Kicks per sent packet.
+    pub kicks_per_tx_packet: f64,
+    /// Client thread CPU time.
+    pub client_cpu_ns: u64,
+    /// Client CPU per received packet.
+    pub cpu_ns_per_packet: f64,
+    /// Client CPU time over wall time.
+    pub client_cpu_util: f64,
+    /// Busy share of all the machine's CPUs during the window (a polling peer keeps one
+    /// busy; more than peer plus client is other work: noise).
+    pub machine_busy: Option<f64>,
+    /// Sends refused because a TX ring was full.
+    pub tx_ring_full: u64,
+    /// Unusable frames.
+    pub frame_errors: FrameErrors,
+    /// Device faults over the whole run.
+    pub faults: Faults,
+    /// Longest time the client loop was away (a round, or oversleeping a timer): on a
+    /// shared machine, how long other work kept it off the CPU.
+    pub stall_max_ns: u64,
+    /// Path probes sent before the run (and received, before or during it).
+    pub hellos: super::Hellos,
+}
+
+fn per(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 / d as f64
+    }
+}
+
+fn rate(n: u64, ns: u64) -> f64 {
+    per(n, ns) * 1e9
+}
+
+/// Inputs of [`Report::build`] that are not snapshots.
+#[derive(Debug)]
+pub struct Totals<'a> {
+    /// Workload.
+    pub workload: Workload,
+    /// Mode.
+    pub mode: Mode,
+    /// Features of port 0.
+    pub features: Vec<&'static str>,
+    /// Bulk flow at the end.
+    pub bulk: Option<&'a super::flows::BulkFlow>,
+    /// Request/response flow at the end.
+    pub rr: Option<&'a super::flows::RrFlow>,
+    /// RTT histogram of the window.
+    pub rtt: &'a Histogram<u64>,
+    /// Frame errors of the whole run.
+    pub frame_errors: FrameErrors,
+    /// Faults of the whole run.
+    pub faults: Faults,
+    /// Longest stall of the client loop.
+    pub stall_max_ns: u64,
+    /// Path probes.
+    pub hellos: super::Hellos,
+}
+
+impl Report {
+    /// Combine the window's start and end snapshots with the run's totals.
+    #[must_use]
+    pub fn build(a: &Snapshot, b: &Snapshot, t: &Totals<'_>) -> Self {
+        let ns = b.t_ns.saturating_sub(a.t_ns);
+        let d = |f: fn(&PortCounters) -> u64| f(&b.ports).saturating_sub(f(&a.ports));
+        let packets = d(|c| c.rx_frames);
+        let bytes = d(|c| c.rx_bytes);
+        let tx_packets = d(|c| c.tx_frames);
+        let interrupts = d(|c| c.rx_calls + c.tx_calls);
+        let kicks = d(|c| c.rx_kicks + c.tx_kicks);
+        let wakeups = b.wakeups - a.wakeups;
+        let cpu = b.cpu_ns.saturating_sub(a.cpu_ns);
+        let bulk = t.bulk.map(|f| {
+            let frames = b.bulk_received - a.bulk_received;
+            BulkReport {
+                frame_len: f.len,
+                frames,
+                pps: rate(frames, ns),
+                gbit_s: rate(frames * u64::from(f.len) * 8, ns) / 1e9,
+                sent: f.sent,
+                received: f.received,
+                lost: f.missing(),
+                out_of_order: f.out_of_order,
+                pace_slips: f.pace_slips,
+            }
+        });
+        let rr = t.rr.map(|f| {
+            let n = b.rr_completed - a.rr_completed;
+            RrReport {
+                frame_len: f.len,
+                transactions: n,
+                per_s: rate(n, ns),
+                rtt: Latency::of(t.rtt),
+                lost: f.in_flight() as u64,
+                unexpected: f.unexpected,
+            }
+        });
+        Self {
+            workload: t.workload,
+            mode: t.mode,
+            features: t.features.clone(),
+            measured_ns: ns,
+            packets,
+            pps: rate(packets, ns),
+            gbit_s: rate(bytes * 8, ns) / 1e9,
+            bulk,
+            rr,
+            interrupts,
+            interrupts_per_packet: per(interrupts, packets),
+            wakeups,
+            wakeups_per_packet: per(wakeups, packets),
+            timer_wakeups: b.timer_wakeups - a.timer_wakeups,
+            kicks,
+            kicks_per_tx_packet: per(kicks, tx_packets),
+            client_cpu_ns: cpu,
+            cpu_ns_per_packet: per(cpu, packets),
+            client_cpu_util: per(cpu, ns),
+            machine_busy: a
+                .machine_ticks
+                .zip(b.machine_ticks)
+                .map(|((b0, t0), (b1, t1))| per(b1.saturating_sub(b0), t1.saturating_sub(t0))),
+            tx_ring_full: d(|c| c.tx_ring_full),
+            frame_errors: t.frame_errors,
+            faults: t.faults,
+            stall_max_ns: t.stall_max_ns,
+            hellos: t.hellos,
+        }
+    }
+
+    /// Lost frames of every flow (after draining).
+    #[must_use]
+    pub fn lost(&self) -> u64 {
+        self.bulk.map_or(0, |b| b.lost) + self.rr.map_or(0, |r| r.lost)
+    }
+
+    /// A short human-readable summary (several lines).
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{} [{}]: {:.0} pps, {:.3} Gbit/s received over {:.2} s",
+            self.workload,
+            self.mode.as_str(),
+            self.pps,
+            self.gbit_s,
+            self.measured_ns as f64 / 1e9
+        );
+        if let Some(b) = &self.bulk {
+            let _ = writeln!(
+                s,
+                "  bulk: {:.0} pps {:.3} Gbit/s; sent {} received {} lost {} out-of-order {} slips {}",
+                b.pps, b.gbit_s, b.sent, b.received, b.lost, b.out_of_order, b.pace_slips
+            );
+        }
+        if let Some(r) = &self.rr {
+            let _ = writeln!(
+                s,
+                "  rr: {:.0} trans/s; rtt p50 {:.1} us p99 {:.1} us max {:.1} us; lost {} unexpected {}",
+                r.per_s,
+                r.rtt.p50_ns as f64 / 1e3,
+                r.rtt.p99_ns as f64 / 1e3,
+                r.rtt.max_ns as f64 / 1e3,
+                r.lost,
+                r.unexpected
+            );
+        }
+        if let Some(busy) = self.machine_busy {
+            let _ = writeln!(s, "  machine busy {:.0}% of all CPUs", busy * 100.0);
+        }
+        let _ = write!(
+            s,
+            "  interrupts/pkt {:.4} wakeups/pkt {:.4} (timer wakeups {}) kicks/tx-pkt {:.4} cpu {:.0} ns/pkt ({:.0}% of a CPU); tx-ring-full {}; frame errors {}; faults {}; longest stall {:.0} us",
+            self.interrupts_per_packet,
+            self.wakeups_per_packet,
+            self.timer_wakeups,
+            self.kicks_per_tx_packet,
+            self.cpu_ns_per_packet,
+            self.client_cpu_util * 100.0,
+            self.tx_ring_full,
+            self.frame_errors.total(),
+            self.faults.total(),
+            self.stall_max_ns as f64 / 1e3
+        );
+        s
+    }
+}
