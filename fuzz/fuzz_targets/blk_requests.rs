@@ -3,7 +3,7 @@
 //! the available ring, well-formed requests of any type and sector, EVENT_IDX thresholds,
 //! kicks and hold-timer events, and (with asynchronous storage) storage finishing or failing
 //! operations in any order between them. The engine must never panic, hang, or return a used entry
-//! for a descriptor outside the table; completed requests carry a valid status.
+//! for a descriptor outside the table or without its status byte.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -127,8 +127,10 @@ fuzz_target!(|input: Input| {
         if let Some(c) = capacity {
             assert!(d.engine.in_flight() <= c, "more requests in flight than storage takes");
         }
-        for (id, _len) in d.guest.take_used() {
+        for (id, len) in d.guest.take_used() {
             assert!(id < u32::from(QUEUE_SIZE), "used entry for descriptor {id} outside the table");
+            // Every completion carries its status byte (a chain without one is never completed).
+            assert!(len >= 1, "chain {id} completed without a status byte");
         }
     }
     if !d.engine.is_broken() {

@@ -1,11 +1,11 @@
 //! CPU time and CPU placement: per-thread and per-process CPU time from
 //! `/proc/.../schedstat` (nanosecond resolution, unlike the tick-based `stat`), and pinning.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fs;
 
 /// Where the client and the backend run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Placement {
     /// Client and backend pinned to different CPUs (default).

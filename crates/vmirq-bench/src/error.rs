@@ -72,9 +72,15 @@ pub enum BenchError {
         /// How long nothing completed.
         ms: u64,
     },
+    /// The Linux guest of `--guest` could not be prepared.
+    #[error("the guest harness failed")]
+    Guest(#[from] vmirq_guest::GuestError),
     /// Serialising the JSON report failed.
     #[error("JSON serialisation failed")]
     Json(#[from] serde_json::Error),
+    /// A saved JSON report could not be read back.
+    #[error("not a vmirq bench JSON report")]
+    ReadJson(#[source] serde_json::Error),
 }
 
 impl BenchError {

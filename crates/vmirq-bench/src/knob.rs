@@ -5,7 +5,7 @@
 //! what the policy decides for this arrival pattern, not a trace read out of the backend.
 
 use crate::client::TraceEvent;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vmirq_policy::moderation::{CompletionMeta, Decision, Event, Knob, Moderator, RequestKind};
 use vmirq_policy::spec::ModerationSpec;
 
@@ -13,7 +13,7 @@ use vmirq_policy::spec::ModerationSpec;
 pub const POINTS_MAX: usize = 1500;
 
 /// One sample of the knob.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct KnobPoint {
     /// Microseconds since the start of the measured window.
     pub t_us: f64,
@@ -24,7 +24,7 @@ pub struct KnobPoint {
 }
 
 /// The knob of one policy over the bursty trace.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KnobSeries {
     /// Policy spec, canonical form.
     pub policy: String,

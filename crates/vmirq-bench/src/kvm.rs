@@ -5,14 +5,15 @@
 //! what a virtual interrupt and halt polling cost on the same machine. Where KVM is not
 //! usable the section says why instead.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::time::Duration;
 use vmirq_kvm::host::TscClock;
 use vmirq_kvm::wake::{self, Path, Sweep, WakeReport};
+use vmirq_report::{BarChart, Page};
 
 /// The section: the sweep's report, or why it was not run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KvmSection {
     /// `ran`, `skipped` (KVM not usable, or `--no-kvm`) or `failed`.
     pub status: String,
@@ -22,6 +23,13 @@ pub struct KvmSection {
     /// The `vmirq kvm wake` report (same contract as `vmirq kvm wake --json`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wake: Option<WakeReport>,
+}
+
+impl Default for KvmSection {
+    /// What a report saved before the section existed reads back as.
+    fn default() -> Self {
+        Self::skipped("not recorded in this report")
+    }
 }
 
 impl KvmSection {
@@ -77,7 +85,7 @@ pub fn render_text(section: &KvmSection) -> String {
         "\nKVM on this host (vmirq kvm wake, halted vCPU woken from the other core)\n",
     );
     match (&section.wake, &section.reason) {
-        (Some(w), _) => out.push_str(&wake::table(&w.cells).render()),
+        (Some(w), _) => out.push_str(&wake::table(&w.cells).to_text()),
         (None, reason) => {
             let _ = writeln!(
                 out,
@@ -90,28 +98,26 @@ pub fn render_text(section: &KvmSection) -> String {
     out
 }
 
-/// The HTML fragment: a p50/p99 bar chart per path and window, or the reason.
-#[must_use]
-pub fn render_html(section: &KvmSection) -> String {
-    use crate::report::svg::{bar_chart, escape};
-    let mut out = String::from(
-        "<h2>KVM on this host</h2><p class=note>A halted vCPU woken by an irqfd MSI (device \
-         completion) or an x2APIC IPI from another vCPU (TCP_RR), sender on the other core, \
-         with KVM halt polling off and at 200 µs (<code>vmirq kvm wake</code>).</p>",
+/// The report's section: a p50/p99 bar chart per path and window, or why there is none.
+pub fn render_html(section: &KvmSection, page: &mut Page) {
+    page.section("KVM on this host");
+    page.note(
+        "A halted vCPU woken by an irqfd MSI (device completion) or an x2APIC IPI from another \
+         vCPU (TCP_RR), sender on the other core, with KVM halt polling off and at 200 µs \
+         (vmirq kvm wake).",
     );
     let Some(w) = &section.wake else {
-        let _ = write!(
-            out,
-            "<p>{}: {}</p>",
-            escape(&section.status),
-            escape(section.reason.as_deref().unwrap_or(""))
-        );
-        return out;
+        page.paragraph(&format!(
+            "{}: {}",
+            section.status,
+            section.reason.as_deref().unwrap_or("no reason given")
+        ));
+        return;
     };
-    let categories: Vec<String> = w
-        .cells
-        .iter()
-        .map(|c| {
+    let us = |ns: u64| crate::stats::as_f64(ns) / 1000.0;
+    page.plots([BarChart::new("Wake latency of a halted vCPU")
+        .values("us")
+        .categories(w.cells.iter().map(|c| {
             format!(
                 "{} poll {} us",
                 match c.path {
@@ -120,23 +126,10 @@ pub fn render_html(section: &KvmSection) -> String {
                 },
                 c.halt_poll_ns / 1000
             )
-        })
-        .collect();
-    let us = |ns: u64| crate::stats::as_f64(ns) / 1000.0;
-    let values = vec![
-        w.cells.iter().map(|c| us(c.lat_ns.p50)).collect(),
-        w.cells.iter().map(|c| us(c.lat_ns.p99)).collect(),
-    ];
-    out.push_str("<div class=plots>");
-    out.push_str(&bar_chart(
-        "Wake latency of a halted vCPU",
-        "us",
-        &categories,
-        &["p50".to_owned(), "p99".to_owned()],
-        &values,
-    ));
-    out.push_str("</div>");
-    out
+        }))
+        .series("p50", w.cells.iter().map(|c| us(c.lat_ns.p50)).collect())
+        .series("p99", w.cells.iter().map(|c| us(c.lat_ns.p99)).collect())
+        .svg()]);
 }
 
 #[cfg(test)]
@@ -147,7 +140,9 @@ mod tests {
     fn a_skipped_section_says_why_in_text_json_and_html() {
         let s = KvmSection::skipped("KVM is not usable here: /dev/kvm missing");
         assert!(render_text(&s).contains("skipped: KVM is not usable here"));
-        assert!(render_html(&s).contains("/dev/kvm missing"));
+        let mut page = Page::new("t");
+        render_html(&s, &mut page);
+        assert!(page.finish().contains("/dev/kvm missing"));
         let json = serde_json::to_value(&s).expect("json");
         assert_eq!(json["status"], "skipped");
         assert!(json.get("wake").is_none());

@@ -15,11 +15,13 @@
 //!
 //! Module map: [`workload`] and [`plan`] say what to run; [`client`] runs it; [`target`]
 //! starts the devices; [`stats`] and [`results`] summarise; [`knob`] replays the bursty trace
-//! through vmirq-policy; [`report`] renders; [`runner`] ties it together.
+//! through vmirq-policy; [`report`] renders; [`runner`] ties it together. [`guest`] is the
+//! `--guest` mode: fio inside a real Linux guest against the same targets (vmirq-guest).
 
 pub mod client;
 pub mod cpu;
 pub mod error;
+pub mod guest;
 pub mod knob;
 pub mod kvm;
 pub mod machine;

@@ -1,11 +1,11 @@
 //! What the reports say about where they were measured: git revision, CPU model, CPU count,
 //! kernel, and whether qemu-storage-daemon was there.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::process::Command;
 
 /// Description of the machine a report was measured on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
     /// Host name.
     pub hostname: String,

@@ -4,10 +4,10 @@
 use crate::stats::{ratio, Latency, Metrics, Spread};
 use crate::target::{BackendPerIo, TargetSpec};
 use crate::workload::{ClientMode, Workload};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Added latency of a cell over the bare baseline (same workload, same repetition), medians.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct AddedLatency {
     /// Mean latency minus bare mean latency, nanoseconds.
     pub mean: f64,
@@ -16,7 +16,7 @@ pub struct AddedLatency {
 }
 
 /// Ratios of a cell to the peer (qemu-storage-daemon) in the same repetition, medians.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct VsPeer {
     /// IOPS / peer IOPS (above 1 is better).
     pub iops: f64,
@@ -29,7 +29,7 @@ pub struct VsPeer {
 }
 
 /// Spreads over repetitions of the headline numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct CellSpread {
     /// IOPS.
     pub iops: Spread,
@@ -40,7 +40,7 @@ pub struct CellSpread {
 }
 
 /// One cell: its identity, every run, and the summary.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CellResult {
     /// Target label, e.g. `vmirq:vic`, `qemu-storage-daemon`, `bare`.
     pub target: String,

@@ -2,10 +2,10 @@
 //! notifications, wakeups and CPU per I/O) and the spread over repetitions (median, min, max).
 
 use crate::client::Sample;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Latency summary in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Latency {
     /// Mean.
     pub mean: f64,
@@ -20,7 +20,7 @@ pub struct Latency {
 }
 
 /// The numbers of one run (one repetition of one cell).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Metrics {
     /// Completed requests per second.
     pub iops: f64,
@@ -106,7 +106,7 @@ impl Metrics {
 }
 
 /// Median, minimum and maximum of a set of repetitions.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Spread {
     /// Median (mean of the middle two for an even count).
     pub median: f64,

@@ -1,7 +1,7 @@
 //! The workloads the load generator plays, as plain data: what each request is (pattern and
 //! size) and how many are kept outstanding over time (shape).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// 4 KiB: the random-I/O block size.
 pub const BLOCK_4K: u32 = 4096;
@@ -189,7 +189,7 @@ impl Workload {
 }
 
 /// How the client learns about completions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClientMode {
     /// The guest's interrupt: block on the queue's completion eventfd when nothing is ready.

@@ -63,6 +63,9 @@ counters! {
     poll_contended,
     /// Requests completed with an error status, and queue-level errors.
     errors,
+    /// Times the queue stopped because the driver broke a ring rule (a chain that cannot be
+    /// completed, a bad ring index); exported as `vmirq_queue_broken_total`.
+    broken,
 }
 
 impl QueueCounters {
@@ -86,6 +89,16 @@ pub fn summary(queues: &[CounterSnapshot]) -> String {
     out
 }
 
+/// The Prometheus metric name of a counter: `vmirq_blk_<name>_total`, except the queue
+/// state counter `broken`, which is `vmirq_queue_broken_total`.
+#[must_use]
+pub fn metric_name(counter: &str) -> String {
+    match counter {
+        "broken" => "vmirq_queue_broken_total".to_owned(),
+        _ => format!("vmirq_blk_{counter}_total"),
+    }
+}
+
 /// Render snapshots in the Prometheus text exposition format.
 #[must_use]
 pub fn prometheus(queues: &[CounterSnapshot]) -> String {
@@ -96,10 +109,11 @@ pub fn prometheus(queues: &[CounterSnapshot]) -> String {
         .map(|f| f.0)
         .collect();
     for (i, name) in names.iter().enumerate() {
-        let _ = writeln!(out, "# TYPE vmirq_blk_{name}_total counter");
+        let metric = metric_name(name);
+        let _ = writeln!(out, "# TYPE {metric} counter");
         for (q, s) in queues.iter().enumerate() {
             let v = s.fields()[i].1;
-            let _ = writeln!(out, "vmirq_blk_{name}_total{{queue=\"{q}\"}} {v}");
+            let _ = writeln!(out, "{metric}{{queue=\"{q}\"}} {v}");
         }
     }
     out
@@ -115,9 +129,14 @@ mod tests {
         QueueCounters::add(&a.notifications, 7);
         let b = QueueCounters::default();
         QueueCounters::add(&b.kicks, 3);
+        QueueCounters::add(&b.broken, 2);
         let text = prometheus(&[a.snapshot(), b.snapshot()]);
         assert!(text.contains("vmirq_blk_notifications_total{queue=\"0\"} 7\n"));
         assert!(text.contains("vmirq_blk_kicks_total{queue=\"1\"} 3\n"));
+        assert!(text.contains("# TYPE vmirq_queue_broken_total counter\n"));
+        assert!(text.contains("vmirq_queue_broken_total{queue=\"0\"} 0\n"));
+        assert!(text.contains("vmirq_queue_broken_total{queue=\"1\"} 2\n"));
+        assert!(summary(&[b.snapshot()]).contains(" broken=2"));
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         assert_eq!(samples, 2 * CounterSnapshot::default().fields().len());
     }

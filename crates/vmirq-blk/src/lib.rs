@@ -10,30 +10,40 @@
 //!
 //! Layers, from the socket inwards:
 //! - [`server`]: socket, per-connection device lifetime, reconnects;
+//! - [`guard`]: checks every vhost-user message before rust-vmm's handler sees it, and
+//!   answers the INFLIGHT_SHMFD messages itself ([`inflight`]: restart without losing I/O);
 //! - [`backend`]: the `VhostUserBackend` implementation (features, config space, events);
 //! - [`engine`]: one queue's loop (drain, execute, complete, moderate, poll);
-//! - [`request`]: validation of guest descriptor chains (the trust boundary);
+//! - [`chain`] and [`request`]: validation of guest descriptor chains (the trust boundary):
+//!   ring rules first, then the virtio-blk request;
 //! - [`storage`]: RAM, null and io_uring image-file disks.
 //!
 //! The vhost-user protocol itself is rust-vmm's (`vhost`, `vhost-user-backend`).
 
 pub mod backend;
+pub mod chain;
 pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod cpustat;
 pub mod engine;
+pub mod guard;
 pub mod guest_io;
+pub mod inflight;
 #[cfg(feature = "test-utils")]
 pub mod manual_io;
 pub mod metrics;
 #[cfg(feature = "test-utils")]
 pub mod mock_guest;
+#[cfg(feature = "test-utils")]
+pub mod raw_frontend;
 pub mod request;
 pub mod server;
 pub mod signals;
 pub mod storage;
 pub mod timer;
+#[cfg(feature = "test-utils")]
+pub mod vhost_frontend;
 pub mod virtio;
 
 pub use config::{parse_size, DiskSpec, ServerConfig, ServerOptions};

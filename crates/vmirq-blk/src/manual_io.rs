@@ -33,9 +33,19 @@ pub struct ManualIoHandle(Arc<Mutex<State>>);
 #[must_use]
 pub fn manual_io(capacity: usize, disk_bytes: u64) -> (ManualIo, ManualIoHandle) {
     let disk = RamDisk::new(disk_bytes).expect("ram disk");
+    manual_io_on(&disk, capacity)
+}
+
+/// A manual storage context of `capacity` operations over `disk` (several contexts over one
+/// disk see each other's finished writes, as a restarted backend sees the image).
+///
+/// # Panics
+/// When the disk cannot open a queue (test setup).
+#[must_use]
+pub fn manual_io_on(disk: &dyn Disk, capacity: usize) -> (ManualIo, ManualIoHandle) {
     let queue = disk
         .open_queue(u32::try_from(capacity).unwrap_or(u32::MAX))
-        .expect("ram queue");
+        .expect("queue");
     let state = Arc::new(Mutex::new(State {
         started: VecDeque::new(),
         finished: Vec::new(),

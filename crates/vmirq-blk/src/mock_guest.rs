@@ -82,7 +82,46 @@ pub struct MockGuest {
     next_desc: u16,
     avail_idx: u16,
     used_seen: u16,
+    data_start: u64,
+    data_end: u64,
     data_next: u64,
+    /// Highest address any data buffer reached.
+    data_high: u64,
+}
+
+/// Where a [`MockGuest`] puts its rings and data buffers in region 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Guest address of the descriptor table (the rings follow it).
+    pub ring_base: u64,
+    /// Data buffers are allocated from `[data_start, data_end)`.
+    pub data_start: u64,
+    /// End of the data area.
+    pub data_end: u64,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self {
+            ring_base: 0,
+            data_start: DATA_START,
+            data_end: REGION0_LEN,
+        }
+    }
+}
+
+/// Bytes past the last allocated buffer (and at the start of region 1) that a [`Canary`]
+/// fills with a pattern and checks.
+const CANARY_SLACK: u64 = 64 << 10;
+
+/// A copy of the guest memory the device may not write, taken before requests are handed
+/// over: the descriptor table and available ring, every data buffer allocated so far plus
+/// [`CANARY_SLACK`] bytes after them, and the start of region 1.
+#[derive(Debug, Clone)]
+pub struct Canary {
+    rings: Vec<u8>,
+    data: Vec<u8>,
+    region1: Vec<u8>,
 }
 
 impl MockGuest {
@@ -104,15 +143,31 @@ impl MockGuest {
             ),
         ])
         .expect("guest memory");
-        // Ring layout: descriptor table at 0, available ring right after it, used ring after
-        // the available ring (4-byte aligned). virtio-queue's MockSplitQueue is not used for
-        // the layout: its `SplitQueueRing::end()` adds the element count instead of the byte
-        // size, so its used ring overlaps the upper half of the available ring (found by
-        // tests/random_chains.rs).
-        let desc_table = GuestAddress(0);
-        let avail = GuestAddress(16 * u64::from(size));
+        Self::on_memory(std::sync::Arc::new(mem), size, event_idx, Layout::default())
+    }
+
+    /// A guest whose queue lives in `mem` (which must contain region 0 as [`MockGuest::new`]
+    /// lays it out) at `layout`: several guests can share one memory, e.g. one per queue of
+    /// a device reached over vhost-user.
+    ///
+    /// # Panics
+    /// If the rings cannot be written or the queue set up (test setup failure).
+    #[must_use]
+    pub fn on_memory(
+        mem: std::sync::Arc<GuestMemoryMmap>,
+        size: u16,
+        event_idx: bool,
+        layout: Layout,
+    ) -> Self {
+        // Ring layout: descriptor table at the ring base, available ring right after it, used
+        // ring after the available ring (4-byte aligned). virtio-queue's MockSplitQueue is not
+        // used for the layout: its `SplitQueueRing::end()` adds the element count instead of
+        // the byte size, so its used ring overlaps the upper half of the available ring (found
+        // by tests/random_chains.rs).
+        let desc_table = GuestAddress(layout.ring_base);
+        let avail = GuestAddress(layout.ring_base + 16 * u64::from(size));
         let used = GuestAddress((avail.0 + 6 + 2 * u64::from(size)).next_multiple_of(4));
-        let ring_bytes = used.0 + 6 + 8 * u64::from(size);
+        let ring_bytes = used.0 + 6 + 8 * u64::from(size) - layout.ring_base;
         let zeros = vec![0u8; usize::try_from(ring_bytes).expect("ring size")];
         mem.write_slice(&zeros, desc_table).expect("zero rings");
         let mut queue = Queue::new(size).expect("queue");
@@ -133,7 +188,7 @@ impl MockGuest {
             signals: Cell::new(0),
         };
         Self {
-            mem: std::sync::Arc::new(mem),
+            mem,
             ring,
             desc_table,
             avail,
@@ -142,8 +197,58 @@ impl MockGuest {
             next_desc: 0,
             avail_idx: 0,
             used_seen: 0,
-            data_next: DATA_START,
+            data_start: layout.data_start,
+            data_end: layout.data_end,
+            data_next: layout.data_start,
+            data_high: layout.data_start,
         }
+    }
+
+    /// Guest addresses of the descriptor table, available ring and used ring.
+    #[must_use]
+    pub fn ring_addresses(&self) -> [u64; 3] {
+        [self.desc_table.0, self.avail.0, self.used.0]
+    }
+
+    /// The available index the driver published last.
+    #[must_use]
+    pub fn avail_idx(&self) -> u16 {
+        self.avail_idx
+    }
+
+    /// The used index in guest memory (what the device published).
+    #[must_use]
+    pub fn used_idx(&self) -> u16 {
+        self.mem
+            .read_obj(self.used.unchecked_add(2))
+            .map(u16::from_le)
+            .unwrap_or(0)
+    }
+
+    /// Replace the device side of the queue as a new backend would set it up after a
+    /// restart: same addresses, next available index `next_avail` (the vhost-user
+    /// SET_VRING_BASE value), next used index read from the used ring. The driver side
+    /// (rings in guest memory, what the driver has seen) is unchanged.
+    ///
+    /// # Panics
+    /// If the queue cannot be set up (test setup).
+    pub fn restart_device_side(&mut self, next_avail: u16) {
+        let mut queue = Queue::new(self.size).expect("queue");
+        queue.set_size(self.size);
+        queue
+            .try_set_desc_table_address(self.desc_table)
+            .expect("desc table address");
+        queue
+            .try_set_avail_ring_address(self.avail)
+            .expect("avail ring address");
+        queue
+            .try_set_used_ring_address(self.used)
+            .expect("used ring address");
+        queue.set_event_idx(self.ring.queue.event_idx_enabled());
+        queue.set_next_avail(next_avail);
+        queue.set_next_used(self.used_idx());
+        queue.set_ready(true);
+        self.ring.queue = queue;
     }
 
     /// Queue size.
@@ -155,11 +260,12 @@ impl MockGuest {
     /// Allocate `len` bytes of zeroed data buffer in region 0 (wraps around when full).
     pub fn alloc(&mut self, len: u32) -> u64 {
         let len = u64::from(len).max(1).next_multiple_of(64);
-        if self.data_next + len > REGION0_LEN {
-            self.data_next = DATA_START;
+        if self.data_next + len > self.data_end {
+            self.data_next = self.data_start;
         }
         let addr = self.data_next;
         self.data_next += len;
+        self.data_high = self.data_high.max(self.data_next);
         let zeros = vec![0u8; usize::try_from(len).unwrap_or(0)];
         self.mem
             .write_slice(&zeros, GuestAddress(addr))
@@ -355,6 +461,52 @@ impl MockGuest {
         self.mem
             .write_slice(&buf, GuestAddress(d.addr))
             .expect("fill");
+    }
+
+    /// Fill the bytes after the allocated buffers (and the start of region 1) with a
+    /// pattern and copy everything the device may not write. Allocate every buffer of the
+    /// requests to check before this call.
+    #[must_use]
+    pub fn canary(&self) -> Canary {
+        let slack_end = (self.data_high + CANARY_SLACK).min(self.data_end);
+        let pattern =
+            |len: u64| -> Vec<u8> { (0..len).map(|i| 0x5A ^ i.to_le_bytes()[0]).collect() };
+        self.mem_write(self.data_high, &pattern(slack_end - self.data_high));
+        self.mem_write(REGION1_START, &pattern(CANARY_SLACK));
+        Canary {
+            rings: self.read_range(self.desc_table.0, self.used.0),
+            data: self.read_range(self.data_start, slack_end),
+            region1: self.read_range(REGION1_START, REGION1_START + CANARY_SLACK),
+        }
+    }
+
+    /// Panic if a byte covered by `c` changed outside the `allowed` ranges (`[start, end)`:
+    /// the device-writable buffers handed over).
+    pub fn assert_canary(&self, c: &Canary, allowed: &[(u64, u64)]) {
+        let check = |start: u64, before: &[u8], what: &str| {
+            let now = self.read_range(start, start + before.len() as u64);
+            for (i, (a, b)) in before.iter().zip(&now).enumerate() {
+                let addr = start + i as u64;
+                if a != b && !allowed.iter().any(|&(s, e)| addr >= s && addr < e) {
+                    panic!("{what} byte at {addr:#x} changed from {a:#x} to {b:#x}");
+                }
+            }
+        };
+        check(
+            self.desc_table.0,
+            &c.rings,
+            "descriptor table / available ring",
+        );
+        check(self.data_start, &c.data, "guest memory");
+        check(REGION1_START, &c.region1, "region 1");
+    }
+
+    fn read_range(&self, start: u64, end: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; usize::try_from(end - start).expect("range")];
+        self.mem
+            .read_slice(&mut buf, GuestAddress(start))
+            .expect("read range");
+        buf
     }
 
     /// Read a buffer.

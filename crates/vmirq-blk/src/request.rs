@@ -5,15 +5,18 @@
 //! parsing (the storage backends, the queue engine) only sees a [`Request`] whose data
 //! segments lie inside guest memory, point the right way and stay inside the disk.
 //!
-//! A chain that cannot be parsed yields a [`Rejected`] carrying the status to report
-//! (`IOERR` or `UNSUPP`) and, when the chain has a usable status byte, where to write it.
+//! The chain's structure is checked first ([`crate::chain`]): a chain that breaks a ring rule
+//! or has no writable status byte yields [`Failure::Broken`] and is never completed. A chain
+//! with a sound structure whose request is bad yields [`Failure::Rejected`], carrying the
+//! status to write (`IOERR` or `UNSUPP`) into its status byte.
 
-use crate::virtio::{req, status, DISCARD_SEG_LEN, HEADER_LEN, SECTOR_SHIFT, SECTOR_SIZE};
+use crate::chain::{self, DescTable, Violation};
+use crate::virtio::{req, status, DISCARD_SEG_LEN, HEADER_LEN, ID_LEN, SECTOR_SHIFT, SECTOR_SIZE};
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
-/// Most descriptors one request may use (header + data + status). Chains are also bounded by
-/// the queue (or indirect table) size; this caps indirect tables, which may hold 65535 entries.
+/// Most descriptors one request may use (header + data + status); `seg_max` is derived from
+/// it. Longer chains that are otherwise sound (at most the queue size) get IOERR.
 pub const MAX_DESCRIPTORS: u16 = 1024;
 /// Most DISCARD / WRITE_ZEROES segments per request (`max_discard_seg`).
 pub const MAX_DISCARD_SEGMENTS: u32 = 1;
@@ -93,12 +96,12 @@ pub struct Request {
 /// Why a chain was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
-    /// The chain has no descriptors, loops, is too long or leaves guest memory.
-    #[error("descriptor chain is empty, loops, is too long or leaves guest memory")]
-    BrokenChain,
-    /// The last descriptor cannot hold the status byte.
-    #[error("no writable status byte at the end of the chain")]
-    NoStatus,
+    /// More descriptors than [`MAX_DESCRIPTORS`] (more than `seg_max` data buffers).
+    #[error("more than {MAX_DESCRIPTORS} descriptors")]
+    TooManyDescriptors,
+    /// GET_ID with less than the 20 bytes of the id string to write into.
+    #[error("GET_ID buffer shorter than {ID_LEN} bytes")]
+    ShortIdBuffer,
     /// The header is missing, short or device-writable.
     #[error("request header is missing, short or writable")]
     BadHeader,
@@ -139,15 +142,25 @@ impl ParseError {
     }
 }
 
-/// A chain that failed validation.
+/// A sound chain whose request failed validation: it is completed with an error status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rejected {
     /// Head descriptor index.
     pub head: u16,
-    /// Where to write the status, if the chain has a usable status byte.
-    pub status_addr: Option<GuestAddress>,
+    /// Where to write the status (checked: device-writable, inside guest memory).
+    pub status_addr: GuestAddress,
     /// Why.
     pub error: ParseError,
+}
+
+/// Why a chain did not yield a [`Request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The chain broke a ring rule or has no writable status byte: it must never be
+    /// completed, and the queue stops.
+    Broken(Violation),
+    /// A sound chain with a bad request: complete it with the error status.
+    Rejected(Rejected),
 }
 
 /// Buffers `parse` reuses from one request to the next, so a request allocates nothing for
@@ -166,29 +179,30 @@ impl Scratch {
     }
 }
 
-/// Parse the descriptors of one chain (`descs` as yielded by the chain iterator).
+/// Parse the chain at `head` of the descriptor table `table`.
 ///
 /// # Errors
-/// [`Rejected`] when any rule is broken; see [`ParseError`].
-pub fn parse<I>(
+/// [`Failure::Broken`] for a chain that breaks a ring rule ([`Violation`]),
+/// [`Failure::Rejected`] for a sound chain whose request breaks a rule of [`ParseError`].
+pub fn parse(
     head: u16,
-    descs: I,
+    table: DescTable,
     mem: &GuestMemoryMmap,
     disk: &DiskGeometry,
     scratch: &mut Scratch,
-) -> Result<Request, Rejected>
-where
-    I: IntoIterator<Item = Descriptor>,
-{
-    let reject = |status_addr, error| Rejected {
-        head,
-        status_addr,
-        error,
-    };
+) -> Result<Request, Failure> {
     let all = &mut scratch.descs;
-    collect_chain(descs, all).map_err(|e| reject(None, e))?;
-    let status_addr = status_byte(all, mem).map_err(|e| reject(None, e))?;
-    let fail = |e| reject(Some(status_addr), e);
+    let status_addr = chain::walk(mem, table, head, all).map_err(Failure::Broken)?;
+    let fail = |error| {
+        Failure::Rejected(Rejected {
+            head,
+            status_addr,
+            error,
+        })
+    };
+    if all.len() > usize::from(MAX_DESCRIPTORS) {
+        return Err(fail(ParseError::TooManyDescriptors));
+    }
     let mut data = std::mem::take(&mut scratch.segments);
     data.clear();
     let body = split_header(all, mem, data).map_err(fail)?;
@@ -203,42 +217,6 @@ where
         status: status_addr,
         ranges,
     })
-}
-
-/// Walk the chain, refusing chains that end early (loop, bad index, unreadable descriptor).
-fn collect_chain<I: IntoIterator<Item = Descriptor>>(
-    descs: I,
-    all: &mut Vec<Descriptor>,
-) -> Result<(), ParseError> {
-    all.clear();
-    for d in descs {
-        if all.len() == usize::from(MAX_DESCRIPTORS) {
-            return Err(ParseError::BrokenChain);
-        }
-        all.push(d);
-    }
-    match all.last() {
-        // The iterator stops silently on loops (ttl), bad `next` indices and unreadable
-        // descriptors; a last descriptor that still says NEXT means it was cut short.
-        Some(last) if !last.has_next() => Ok(()),
-        _ => Err(ParseError::BrokenChain),
-    }
-}
-
-/// The status byte is the last byte of the last descriptor, which must be device-writable.
-fn status_byte(all: &[Descriptor], mem: &GuestMemoryMmap) -> Result<GuestAddress, ParseError> {
-    let last = all.last().ok_or(ParseError::BrokenChain)?;
-    if !last.is_write_only() || last.len() == 0 {
-        return Err(ParseError::NoStatus);
-    }
-    let addr = last
-        .addr()
-        .checked_add(u64::from(last.len() - 1))
-        .ok_or(ParseError::NoStatus)?;
-    if !GuestMemoryBackend::check_range(mem, addr, 1) {
-        return Err(ParseError::NoStatus);
-    }
-    Ok(addr)
 }
 
 /// The header fields and data buffers of a chain, before type-specific checks.
@@ -280,7 +258,7 @@ fn split_header(
             len -= HEADER_LEN;
         }
         if i == last_index {
-            len -= 1; // status byte; status_byte() checked len > 0
+            len -= 1; // status byte; chain::walk checked len > 0
         }
         if len == 0 {
             continue;
@@ -370,6 +348,11 @@ fn check_kind(
         req::FLUSH => Ok((RequestType::Flush, 0, Vec::new())),
         req::GET_ID => {
             wants_writable(true)?;
+            // The whole id or nothing: a truncated id with status OK could pass for a whole
+            // one (QEMU writes min(len, 20) bytes and reports OK).
+            if usize::try_from(data_len).map_or(true, |n| n < ID_LEN) {
+                return Err(ParseError::ShortIdBuffer);
+            }
             Ok((RequestType::GetId, 0, Vec::new()))
         }
         _ => {

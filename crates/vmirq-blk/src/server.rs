@@ -1,18 +1,26 @@
 //! The server: owns the disk and the counters, listens on the vhost-user socket and serves
 //! one frontend connection at a time. Each connection gets a fresh device (queue engines,
-//! policies, worker threads); when the frontend goes away everything of that connection is
-//! torn down (threads joined, fds closed, guest memory unmapped) and the next connection is
-//! accepted on the same socket, unless `once` is set.
+//! policies, worker threads, inflight state); when the frontend goes away everything of that
+//! connection is torn down (threads joined, fds closed, guest memory unmapped) and the next
+//! connection is accepted on the same socket, unless `once` is set.
+//!
+//! The frontend's socket is served by the [`crate::guard`], which checks every message,
+//! answers the INFLIGHT_SHMFD messages itself and passes the rest to vhost-user-backend's
+//! daemon over a private socket.
 
 use crate::backend::{BlkBackend, DeviceParams, GuestMem};
 use crate::config::{DiskSpec, ServerConfig};
 use crate::counters::{CounterSnapshot, QueueCounters};
 use crate::engine::{EngineParts, QueueEngine};
+use crate::guard::rules::Limits;
+use crate::guard::{Guard, Rendezvous};
+use crate::inflight::InflightState;
 use crate::request::DiskGeometry;
 use crate::storage::{Disk, FileDisk, NullDisk, RamDisk, StorageError};
 use crate::virtio::{BlkConfig, SECTOR_SHIFT};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::Listener;
@@ -164,8 +172,22 @@ impl Server {
 
     /// Accept one frontend and serve it until it disconnects.
     fn serve_one(&self, listener: &mut Listener) -> Result<()> {
+        match listener.accept().map_err(ServerError::Listen)? {
+            Some(frontend) => self.serve_connection(frontend),
+            None => Ok(()),
+        }
+    }
+
+    /// Serve one frontend connection until it ends (the frontend disconnects, a message is
+    /// refused, or the server is stopped). Every message passes the [`crate::guard`] first.
+    ///
+    /// # Errors
+    /// When the device of the connection cannot be set up.
+    pub fn serve_connection(&self, frontend: UnixStream) -> Result<()> {
+        let c = &self.config;
+        let inflight = Arc::new(InflightState::new(c.queues, c.queue_size));
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let backend = Arc::new(self.device(mem.clone())?);
+        let backend = Arc::new(self.device(mem.clone(), &inflight)?);
         let mut daemon = VhostUserDaemon::new("vmirq-blk".to_owned(), Arc::clone(&backend), mem)
             .map_err(daemon_error)?;
         for (thread, handler) in daemon.get_epoll_handlers().iter().enumerate() {
@@ -179,7 +201,14 @@ impl Server {
                 }
             }
         }
-        daemon.start(listener).map_err(daemon_error)?;
+        let rendezvous = Rendezvous::new()?;
+        let path = rendezvous.path().to_string_lossy().into_owned();
+        daemon.start_client(&path).map_err(daemon_error)?;
+        let limits = Limits {
+            queues: self.config.queues,
+            max_queue_size: self.config.queue_size,
+        };
+        let guard = Guard::spawn(frontend, rendezvous.accept_own()?, limits, Some(inflight))?;
         self.handle.serving.store(true, Ordering::Release);
         self.handle.connections.fetch_add(1, Ordering::Relaxed);
         *self
@@ -202,6 +231,7 @@ impl Server {
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
+        guard.close();
         drop(daemon); // sends the exit events and joins the worker threads
         for fd in backend.take_exit_consumer_fds() {
             // SAFETY: these eventfds were created by BlkBackend::exit_event and handed to
@@ -215,7 +245,7 @@ impl Server {
     }
 
     /// Build the device of one connection.
-    fn device(&self, mem: GuestMem) -> Result<BlkBackend> {
+    fn device(&self, mem: GuestMem, inflight: &InflightState) -> Result<BlkBackend> {
         let c = &self.config;
         let capacity = self.disk.capacity_bytes();
         let discard = !c.read_only && self.disk.supports_discard();
@@ -243,7 +273,11 @@ impl Server {
                 counters: Arc::clone(&self.handle.counters[usize::from(q)]),
                 max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
             };
-            engines.push(QueueEngine::new(parts)?);
+            let mut engine = QueueEngine::new(parts)?;
+            if let Some(slot) = inflight.slot(usize::from(q)) {
+                engine.attach_inflight(Arc::clone(slot));
+            }
+            engines.push(engine);
         }
         let seg_max = u32::from(c.queue_size)
             .saturating_sub(2)

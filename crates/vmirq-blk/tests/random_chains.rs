@@ -1,6 +1,7 @@
 //! Seeded random descriptor tables and heads (a deterministic, CI-sized cousin of the
 //! `blk_requests` fuzz target). Invariants after every kick: no panic, no used entry for a
-//! descriptor outside the table, used lengths no larger than the chain's writable bytes, and
+//! descriptor outside the table, no completion without its status byte (used length 0), used
+//! lengths no larger than the chain's writable bytes, and
 //! no byte of guest memory changed outside a device-writable buffer ("no write to the wrong
 //! place"). A failure prints its seed; `RC_SEED=<seed> RC_DEBUG=1 cargo test -p vmirq-blk
 //! --test random_chains` replays one seed and prints every round.
@@ -148,6 +149,10 @@ fn run_seed(seed: u64) {
             assert!(
                 id < u32::from(SIZE),
                 "seed {seed}: used id {id} outside the table"
+            );
+            assert!(
+                len >= 1,
+                "seed {seed}: chain {id} completed without a status byte"
             );
             let ranges = writable_ranges(&table, id as u16);
             let writable: u64 = ranges.iter().map(|(a, b)| b - a).sum();

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use kvm_bindings::{kvm_stats_desc, kvm_stats_header};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -43,7 +43,7 @@ pub struct StatsFd {
 }
 
 /// One reading of the counters (absent counters read as 0).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VcpuStats {
     /// HLT exits (x86 `halt_exits`).
     pub halt_exits: u64,

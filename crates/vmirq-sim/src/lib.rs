@@ -8,11 +8,13 @@
 //! - [`engine`]: the event queue (integer ns, heap + slab, lazy cancellation).
 //! - [`rng`]: the seeded PRNG (bit-identical across platforms).
 //! - [`hold`]: the hold-model microbenchmark.
-//! - [`costs`]: the named primitive costs and their sources.
+//! - [`costs`]: the named primitive costs and their sources; [`profiles`]: host profiles
+//!   (idle states per CPU generation) and the menu-like idle governor.
 //! - [`host`]: the host model; [`workload`]: what the guests do; [`sync`]: guest kernel
 //!   synchronization (TLB shootdowns, spinlocks, PLE) on the host model.
 //! - [`model`]: a run's configuration; [`sim`]: one run; [`scenario`]: scenario files,
-//!   run variants, published-vs-simulated checks and sweeps; [`report`]: text, JSON, HTML.
+//!   run variants, published-vs-simulated checks; [`sweep`]: parameter grids, on this
+//!   machine or a Dask cluster; [`report`]: text, JSON, HTML.
 #![forbid(unsafe_code)]
 
 pub mod checks;
@@ -22,10 +24,12 @@ pub mod hold;
 pub mod host;
 pub mod html;
 pub mod model;
+pub mod profiles;
 pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod sim;
+pub mod sweep;
 pub mod sync;
 pub mod workload;
 

@@ -67,6 +67,10 @@ pub struct ModelConfig {
     /// Hard bound on processed events.
     #[serde(default = "default_max_events")]
     pub max_events: u64,
+    /// Host profile (`crate::profiles`): host idle states and governor. None: the host idles
+    /// at no extra cost (the primitives include leaving the shallowest state).
+    #[serde(default)]
+    pub profile: Option<String>,
     /// Primitive cost overrides.
     #[serde(default)]
     pub costs: Costs,
@@ -145,6 +149,17 @@ impl ModelConfig {
                 "bare metal needs one pCPU per CPU: {vcpus} CPUs on {} pCPUs",
                 self.pcpus
             )));
+        }
+        if let Some(name) = &self.profile {
+            let p = crate::profiles::profile(name).ok_or_else(|| {
+                let names: Vec<&str> = crate::profiles::PROFILES.iter().map(|p| p.name).collect();
+                ConfigError::Range(format!(
+                    "unknown profile {name:?}; known: {}",
+                    names.join(", ")
+                ))
+            })?;
+            core.idle_states = p.cstates;
+            core.next_timer_ns = p.next_timer_ns;
         }
         core.place_threads();
         core.stagger_slices = self.stagger_slices;

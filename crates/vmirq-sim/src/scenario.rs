@@ -1,7 +1,8 @@
 //! Scenario files: a base `[model]`, named run variants (`[[runs]]`, each a set of
 //! overrides), published-vs-simulated checks (`[[checks]]`) and policy comparisons
 //! (`[[compare]]`). Runs execute in parallel (rayon), one per core; each run is
-//! deterministic on its own, so the result does not depend on the thread count.
+//! deterministic on its own, so the result does not depend on the thread count. Sweeps
+//! over parameter grids live in [`crate::sweep`].
 
 use crate::model::ModelConfig;
 use crate::sim::{run, RunResult, SimError};
@@ -294,61 +295,4 @@ impl Scenario {
     }
 }
 
-/// One point of a sweep: the grid assignment, the run label, and the run's flat metrics.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepPoint {
-    /// `key=value` assignments of this grid point.
-    pub point: Vec<String>,
-    /// Run label.
-    pub run: String,
-    /// Flat metrics.
-    pub values: std::collections::BTreeMap<String, f64>,
-}
-
-/// Run every run of the scenario at every point of the grid (cartesian product of
-/// `grid`), all (point, run) pairs in parallel.
-///
-/// # Errors
-/// [`ScenarioError`].
-pub fn sweep(
-    text: &str,
-    sets: &[(String, Value)],
-    grid: &[(String, Vec<Value>)],
-    seed: Option<u64>,
-) -> Result<Vec<SweepPoint>> {
-    let mut points: Vec<Vec<(String, Value)>> = vec![Vec::new()];
-    for (k, vals) in grid {
-        points = points
-            .into_iter()
-            .flat_map(|p| {
-                vals.iter().map(move |v| {
-                    let mut q = p.clone();
-                    q.push((k.clone(), v.clone()));
-                    q
-                })
-            })
-            .collect();
-    }
-    let mut jobs = Vec::new();
-    for p in &points {
-        let mut all = sets.to_vec();
-        all.extend(p.iter().cloned());
-        let sc = Scenario::parse(text, &all)?;
-        let names: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        for (label, cfg) in sc.runs {
-            jobs.push((names.clone(), label, cfg));
-        }
-    }
-    jobs.into_par_iter()
-        .map(|(point, label, cfg)| {
-            let s = seed.unwrap_or(cfg.seed);
-            run(&cfg, s, 0)
-                .map(|r| SweepPoint {
-                    point,
-                    run: label.clone(),
-                    values: r.values,
-                })
-                .map_err(|source| ScenarioError::Run { label, source })
-        })
-        .collect()
-}
+pub use crate::sweep::{sweep, SweepPoint};

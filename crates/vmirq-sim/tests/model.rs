@@ -97,3 +97,34 @@ fn overrides_and_references_are_validated() {
     let text = "name='x'\ntitle='t'\n[model]\nduration_us=10\npcpus=1\n[model.workload]\nkind='ipi-micro'\ninterval_us=1\n[[checks]]\nname='c'\npublished=1.0\nunit='us'\nrun='missing'\nmetric='m'\n";
     assert!(Scenario::parse(text, &[]).is_err());
 }
+
+/// A host profile's idle states cost what intel_idle declares, above the shallowest state
+/// (which the measured primitives include): bare-metal IPI wakeups after ~100 us halts on a
+/// Sandy Bridge with every state enabled pick C1E (target residency 20 us, exit 10 us), so
+/// each pays 10 - 2 = 8 us more than the 1,200-cycle native wakeup; the C1-only 2015
+/// profile pays nothing extra; an unknown profile is refused.
+#[test]
+fn host_idle_states_of_a_profile_add_their_exit_latency() {
+    let p50 = |profile: &str| {
+        let sc = load(
+            "kvm_wakeup",
+            &["duration_us=20000", &format!("profile=\"{profile}\"")],
+        );
+        let (_, cfg) = sc.runs.iter().find(|(l, _)| l == "bare").expect("bare run");
+        let r = run(cfg, 3, 101).expect("runs");
+        (
+            r.values["wakeup_ns.p50"],
+            r.values.get("host_idle_state1").copied(),
+        )
+    };
+    let (snb, c1e_entries) = p50("sandybridge");
+    assert_eq!(snb, 500.0 + 8_000.0);
+    assert!(
+        c1e_entries.unwrap_or(0.0) > 100.0,
+        "C1E chosen on most halts"
+    );
+    assert_eq!(p50("sandybridge-2015").0, 500.0);
+    let sc = load("kvm_wakeup", &["profile=\"pentium\""]);
+    let (_, cfg) = &sc.runs[0];
+    assert!(matches!(run(cfg, 1, 0), Err(SimError::Config(_))));
+}

@@ -62,3 +62,30 @@ fn every_io_completes_exactly_once() {
         );
     }
 }
+
+#[test]
+fn vic_storage_html_report_has_the_checks_the_cdfs_and_the_time_series() {
+    let r = run_scenario("vic_storage", &[]);
+    let page = vmirq_sim::html::render(&r);
+    vmirq_report::check::page(&page).expect("well-formed page");
+    let svgs = vmirq_report::check::svgs(&page);
+    assert!(page.contains("Paper vs vmirq-sim"));
+    for c in &r.checks {
+        assert!(
+            page.contains(&vmirq_report::escape(&c.name)),
+            "check {}",
+            c.name
+        );
+    }
+    let cdfs = page.matches("CDF of ").count();
+    let series = page.matches(" over time").count();
+    assert!(cdfs > 0 && series > 0, "{cdfs} CDFs, {series} time series");
+    assert_eq!(svgs.len(), cdfs + series);
+    // Every run is a line of the first CDF, named in its legend (or title).
+    for label in r.runs.keys() {
+        assert!(
+            svgs[0].contains(&vmirq_report::escape(label)),
+            "run {label}"
+        );
+    }
+}

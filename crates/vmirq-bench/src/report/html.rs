@@ -1,304 +1,116 @@
-//! The self-contained HTML report: header (revision, machine, command), the results table,
-//! and inline SVG plots: IOPS and p99 versus queue depth per target, notifications per I/O,
-//! CPU per I/O, and the policy knob over the bursty workload (a labelled replay).
+//! The self-contained HTML report, in the order a person reads it: what was measured
+//! (revision, machine, command), the headline ([`super::headline`]: vmirq against the peer
+//! per target and per job, failures), the plots ([`super::plots`]: IOPS relative to the
+//! peer, IOPS and p99 versus queue depth, notifications / CPU / wakeups per I/O, the policy
+//! knob over the bursty workload, KVM wake latency), then the full results, one table per
+//! workload ([`super::cells`]).
 
-use super::svg::{bar_chart, escape, line_chart, Series};
-use super::table;
-use super::Document;
-use crate::results::CellResult;
-use crate::stats::as_f64;
-use std::fmt::Write;
+use super::group::{self, workloads};
+use super::{cells, headline, plots, Document};
+use vmirq_report::Page;
 
-const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1400px}\
-table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;\
-text-align:right;white-space:nowrap}td:nth-child(-n+4){text-align:left}h2{margin-top:1.5em}\
-.plots{display:flex;flex-wrap:wrap;gap:12px}.note{color:#555;font-size:13px}";
+/// Id of the section of full results (the tests check it comes after every plot).
+pub const RESULTS_ID: &str = "results-per-workload";
 
-/// Targets in first-seen order.
-fn targets(cells: &[CellResult]) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for c in cells {
-        if !v.contains(&c.target) {
-            v.push(c.target.clone());
-        }
-    }
-    v
-}
-
-/// Job labels (`workload@qdN mode`) in first-seen order.
-fn jobs(cells: &[CellResult]) -> Vec<(String, &CellResult)> {
-    let mut v: Vec<(String, &CellResult)> = Vec::new();
-    for c in cells {
-        if !v.iter().any(|(_, o)| o.same_job(c)) {
-            let mode = if c.client_mode.as_str() == "poll" {
-                " poll"
-            } else {
-                ""
-            };
-            v.push((format!("{}@{}{mode}", c.workload, c.queue_depth), c));
-        }
-    }
-    v
-}
-
-/// The backend's own counters per request (vmirq serve only).
-fn backend_cols(c: &CellResult) -> [String; 4] {
-    match c.backend_per_io {
-        Some(b) => [b.kicks, b.notifications, b.suppressed, b.held].map(|x| format!("{x:.3}")),
-        None => ["-", "-", "-", "-"].map(str::to_owned),
-    }
-}
-
-fn results_table(cells: &[CellResult]) -> String {
-    let mut out = String::from("<table><tr>");
-    for h in [
-        "target",
-        "workload",
-        "qd",
-        "mode",
-        "IOPS",
-        "min..max",
-        "mean",
-        "p50",
-        "p99",
-        "p99.9",
-        "notif/io",
-        "wake/io",
-        "cpu/io",
-        "client cpu/io",
-        "backend cpu/io",
-        "+lat/bare",
-        "iops/peer",
-        "p99/peer",
-        "other load",
-        "backend kicks/io",
-        "sent/io",
-        "suppressed/io",
-        "held/io",
-    ] {
-        let _ = write!(out, "<th>{h}</th>");
-    }
-    out.push_str("</tr>");
-    for c in cells {
-        let f = as_f64;
-        let cols = [
-            escape(&c.target),
-            escape(&c.workload),
-            c.queue_depth.to_string(),
-            c.client_mode.as_str().into(),
-            if c.repetitions == 0 {
-                "FAILED".into()
-            } else {
-                table::iops(c.iops)
-            },
+fn header(page: &mut Page, doc: &Document) {
+    page.facts(&[
+        ("Revision", doc.revision.clone()),
+        ("Machine", doc.machine.summary()),
+        ("Command", doc.run.command.clone()),
+        (
+            "Runs",
             format!(
-                "{}..{}",
-                table::iops(c.spread.iops.min),
-                table::iops(c.spread.iops.max)
+                "{} repetitions per cell, {} ms warm-up + {} ms measured per run, placement {}, \
+                 {:.0} s in total",
+                doc.run.repetitions,
+                doc.run.warmup_ms,
+                doc.run.measure_ms,
+                doc.run.placement.as_str(),
+                doc.run.wall_s
             ),
-            table::ns(c.lat_ns.mean),
-            table::ns(f(c.lat_ns.p50)),
-            table::ns(f(c.lat_ns.p99)),
-            table::ns(f(c.lat_ns.p999)),
-            format!("{:.3}", c.notifications_per_io),
-            format!("{:.3}", c.wakeups_per_io),
-            table::ns(c.cpu_ns_per_io),
-            table::ns(c.client_cpu_ns_per_io),
-            c.backend_cpu_ns_per_io
-                .map_or_else(|| "-".into(), table::ns),
-            c.added_latency_ns
-                .map_or_else(|| "-".into(), |a| table::ns(a.mean)),
-            c.vs_peer
-                .map_or_else(|| "-".into(), |p| format!("{:.2}", p.iops)),
-            c.vs_peer
-                .map_or_else(|| "-".into(), |p| format!("{:.2}", p.p99)),
-            c.others_busy_pct
-                .map_or_else(|| "-".into(), |o| format!("{o:.0}%")),
-        ];
-        let backend = backend_cols(c);
-        out.push_str("<tr>");
-        for col in cols.iter().chain(&backend) {
-            let _ = write!(out, "<td>{col}</td>");
-        }
-        out.push_str("</tr>");
+        ),
+    ]);
+}
+
+fn headline_section(page: &mut Page, doc: &Document) {
+    page.section("Headline");
+    page.paragraph(&headline::sentence(&doc.cells));
+    if !doc.notices.is_empty() {
+        page.list(&doc.notices, true);
     }
-    out.push_str("</table>");
-    out
-}
-
-/// IOPS and p99 versus queue depth, one chart pair per (workload, mode) with several depths.
-fn qd_plots(cells: &[CellResult]) -> String {
-    let mut out = String::new();
-    let mut seen: Vec<(String, &str)> = Vec::new();
-    for c in cells {
-        let key = (c.workload.clone(), c.client_mode.as_str());
-        if seen.contains(&key) {
-            continue;
-        }
-        seen.push(key.clone());
-        let group: Vec<&CellResult> = cells
-            .iter()
-            .filter(|o| o.workload == key.0 && o.client_mode.as_str() == key.1 && o.repetitions > 0)
-            .collect();
-        let mut depths: Vec<u32> = group.iter().map(|o| o.queue_depth).collect();
-        depths.sort_unstable();
-        depths.dedup();
-        if depths.len() < 2 {
-            continue;
-        }
-        let series = |f: &dyn Fn(&CellResult) -> f64| -> Vec<Series> {
-            targets(cells)
-                .into_iter()
-                .map(|t| {
-                    let mut points: Vec<(f64, f64)> = group
-                        .iter()
-                        .filter(|o| o.target == t)
-                        .map(|o| (f64::from(o.queue_depth), f(o)))
-                        .collect();
-                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    Series { name: t, points }
-                })
-                .filter(|s| !s.points.is_empty())
-                .collect()
-        };
-        let title = format!("{} ({})", key.0, key.1);
-        out.push_str(&line_chart(
-            &format!("IOPS vs queue depth: {title}"),
-            "queue depth",
-            "IOPS",
-            &series(&|o| o.iops),
-            true,
-        ));
-        out.push_str(&line_chart(
-            &format!("p99 latency vs queue depth: {title}"),
-            "queue depth",
-            "p99 (us)",
-            &series(&|o| as_f64(o.lat_ns.p99) / 1000.0),
-            true,
-        ));
-    }
-    out
-}
-
-fn per_job_bars(
-    cells: &[CellResult],
-    title: &str,
-    y: &str,
-    f: &dyn Fn(&CellResult) -> f64,
-) -> String {
-    let js = jobs(cells);
-    let ts = targets(cells);
-    let values: Vec<Vec<f64>> = ts
-        .iter()
-        .map(|t| {
-            js.iter()
-                .map(|(_, j)| {
-                    cells
-                        .iter()
-                        .find(|c| &c.target == t && c.same_job(j) && c.repetitions > 0)
-                        .map_or(f64::NAN, f)
-                })
-                .collect()
-        })
-        .collect();
-    let cats: Vec<String> = js.into_iter().map(|(l, _)| l).collect();
-    bar_chart(title, y, &cats, &ts, &values)
-}
-
-fn knob_plots(doc: &Document) -> String {
-    let mut out = String::new();
-    let Some(first) = doc.knob_series.first() else {
-        return "<p class=note>No bursty trace was recorded in this run.</p>".into();
-    };
-    let _ = write!(out, "<p class=note>Replay: the bursty workload's submit/complete timestamps as seen by \
-        the client (run against <b>{}</b>, first repetition) fed through each policy in-process; the backend \
-        does not export its policy state. The curves show what each policy decides for this arrival pattern.</p>",
-        escape(&first.trace_from));
-    out.push_str("<div class=plots>");
-    let cif = Series {
-        name: "in flight".into(),
-        points: first
-            .points
-            .iter()
-            .map(|p| (p.t_us / 1000.0, f64::from(p.in_flight)))
-            .collect(),
-    };
-    out.push_str(&line_chart(
-        "Commands in flight (bursty workload)",
-        "time (ms)",
-        "in flight",
-        &[cif],
-        false,
+    page.table(&headline::overview(&doc.cells));
+    page.note(&format!(
+        "Per target over every job: jobs with a result, jobs it won (as in the next table), \
+         and the ratios to {} (its defaults) from the same repetitions. \
+         Green is better than the peer by more than 2%, red worse by more than 2%.",
+        group::peer()
     ));
-    for s in &doc.knob_series {
-        let series = Series {
-            name: s.policy.clone(),
-            points: s
-                .points
-                .iter()
-                .map(|p| (p.t_us / 1000.0, p.value))
-                .collect(),
-        };
-        let title = format!(
-            "{}: {} notifications for {} completions",
-            s.policy, s.notifications, s.completions
-        );
-        out.push_str(&line_chart(&title, "time (ms)", &s.unit, &[series], false));
+    page.table(&headline::per_job(&doc.cells));
+    page.note(
+        "Per job: the target with the most IOPS (within 1% of each other, as in the \
+         fixed-rate trickle, the lowest mean latency; bare left out; green when it is a vmirq \
+         configuration), then vmirq's target (the defaults when the run had them, else the \
+         best vmirq configuration by the same rule) against the peer: IOPS, p99 latency, \
+         completion notifications per I/O and client + backend CPU per I/O.",
+    );
+}
+
+fn plot_sections(page: &mut Page, doc: &Document) {
+    if let Some(svg) = plots::vs_peer(&doc.cells) {
+        page.section("IOPS relative to the peer");
+        page.plots([svg]);
     }
-    out.push_str("</div>");
-    out
+    let by_qd = plots::by_queue_depth(&doc.cells);
+    if !by_qd.is_empty() {
+        page.section("IOPS and p99 latency versus queue depth");
+        page.plots(by_qd);
+    }
+    page.section("Notifications, CPU and wakeups per I/O");
+    page.plots(plots::costs(&doc.cells));
+    page.section("Policy decisions during the bursty workload");
+    match doc.knob_series.first() {
+        Some(first) => {
+            page.note(&format!(
+                "Replay: the bursty workload's submit/complete timestamps as seen by the client \
+                 (run against {}, first repetition) fed through each policy in-process; the \
+                 backend does not export its policy state. The curves show what each policy \
+                 decides for this arrival pattern.",
+                first.trace_from
+            ));
+            page.plots(plots::knob(doc));
+        }
+        None => {
+            page.note("No bursty trace was recorded in this run.");
+        }
+    }
+    crate::kvm::render_html(&doc.kvm, page);
+}
+
+fn results_section(page: &mut Page, doc: &Document) {
+    page.section("Results per workload");
+    page.note(
+        "Medians over repetitions. Ratios to bare and to the peer (qemu-storage-daemon) pair \
+         runs of the same repetition. Other load: CPU used by everything else on the machine \
+         during the runs. Backend columns: vmirq serve's own counters per request over the \
+         whole connection (kicks received, notifications sent, policy notifications \
+         suppressed by EVENT_IDX, completions held, hold-timer expiries, kick waits ended by \
+         polling and kick waits that slept).",
+    );
+    for w in workloads(&doc.cells) {
+        page.subsection(w);
+        page.table(&cells::table(&doc.cells, w));
+    }
 }
 
 /// Render the whole report as one HTML page.
 #[must_use]
 pub fn render(doc: &Document) -> String {
-    let mut out = String::new();
-    let _ = write!(out, "<!DOCTYPE html><html><head><meta charset=utf-8><title>vmirq bench</title><style>{STYLE}</style></head><body>");
-    let _ = write!(out, "<h1>vmirq bench</h1><p>Revision <code>{}</code> on {}.<br>Command: <code>{}</code><br>\
-        {} repetitions per cell, {} ms warm-up + {} ms measured per run, placement {}, {:.0} s in total.</p>",
-        escape(&doc.revision), escape(&doc.machine.summary()), escape(&doc.run.command),
-        doc.run.repetitions, doc.run.warmup_ms, doc.run.measure_ms, doc.run.placement.as_str(), doc.run.wall_s);
-    out.push_str(
-        "<h2>Results</h2><p class=note>Medians over repetitions. Ratios to bare and to the peer \
-        (qemu-storage-daemon) pair runs of the same repetition. Other load: CPU used by everything \
-        else on the machine during the runs. Backend columns: vmirq serve's own counters per \
-        request over the whole connection (kicks received, notifications sent, policy \
-        notifications suppressed by EVENT_IDX, completions held).</p>",
-    );
-    out.push_str(&results_table(&doc.cells));
-    out.push_str("<h2>IOPS and p99 latency versus queue depth</h2><div class=plots>");
-    out.push_str(&qd_plots(&doc.cells));
-    out.push_str("</div><h2>Notifications and CPU per I/O</h2><div class=plots>");
-    out.push_str(&per_job_bars(
-        &doc.cells,
-        "Notifications per I/O",
-        "eventfd signals / I/O",
-        &|c| c.notifications_per_io,
-    ));
-    out.push_str(&per_job_bars(
-        &doc.cells,
-        "CPU per I/O (client + backend)",
-        "us / I/O",
-        &|c| c.cpu_ns_per_io / 1000.0,
-    ));
-    out.push_str(&per_job_bars(
-        &doc.cells,
-        "Client wakeups per I/O",
-        "wakeups / I/O",
-        &|c| c.wakeups_per_io,
-    ));
-    out.push_str("</div><h2>Policy decisions during the bursty workload</h2>");
-    out.push_str(&knob_plots(doc));
-    out.push_str(&crate::kvm::render_html(&doc.kvm));
-    if !doc.notices.is_empty() {
-        out.push_str("<h2>Notices</h2><ul>");
-        for n in &doc.notices {
-            let _ = write!(out, "<li>{}</li>", escape(n));
-        }
-        out.push_str("</ul>");
-    }
-    out.push_str("</body></html>\n");
-    out
+    let mut page = Page::new("vmirq bench");
+    header(&mut page, doc);
+    headline_section(&mut page, doc);
+    plot_sections(&mut page, doc);
+    results_section(&mut page, doc);
+    page.finish()
 }
 
 #[cfg(test)]
@@ -308,7 +120,7 @@ mod tests {
     use crate::knob::{replay, KnobSeries};
     use crate::machine::Machine;
     use crate::report::RunInfo;
-    use crate::results::finalize;
+    use crate::results::{finalize, CellResult};
     use crate::stats::{Latency, Metrics};
     use crate::target::TargetSpec;
     use crate::workload::{ClientMode, Workload};
@@ -378,8 +190,9 @@ mod tests {
     #[test]
     fn page_is_self_contained_with_every_section() {
         let page = render(&document());
-        assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
+        vmirq_report::check::page(&page).expect("well-formed page");
         for needle in [
+            "IOPS relative to qemu-storage-daemon",
             "IOPS vs queue depth: randread-4k",
             "p99 latency vs queue depth",
             "Notifications per I/O",
@@ -393,13 +206,99 @@ mod tests {
         ] {
             assert!(page.contains(needle), "missing {needle}");
         }
-        // Two QD plots, three bar charts, in-flight plus one knob chart.
-        assert_eq!(page.matches("<svg").count(), 7);
-        assert!(!page.contains("<script"), "scripts are not allowed");
-        assert!(!page.contains("src=\"http"), "external resource");
-        assert!(!page.contains("NaN") && !page.contains("inf"));
+        // Peer ratios, two QD plots, three bar charts, in-flight plus one knob chart.
+        assert_eq!(vmirq_report::check::svgs(&page).len(), 8);
+        assert!(!page.contains("NaN") && !page.contains("inf<"));
         // User-provided text is escaped.
         assert!(page.contains("&lt;boom&gt;") && !page.contains("<boom>"));
+    }
+
+    #[test]
+    fn headline_comes_first_then_plots_then_the_tables_per_workload() {
+        let page = render(&document());
+        let at = |needle: &str| page.find(needle).unwrap_or_else(|| panic!("no {needle}"));
+        let headline = at("<h2 id=\"headline\"");
+        let first_plot = at("<svg");
+        let results = at(&format!("<h2 id=\"{RESULTS_ID}\""));
+        assert!(headline < first_plot && first_plot < results);
+        let plots_end = page.rfind("</svg>").expect("plots");
+        assert!(plots_end < results, "every plot before the long tables");
+        // The failure is in the headline, not only at the bottom.
+        assert!(at("vmirq:vic bursty: failed") < first_plot);
+        // One table per workload after the results heading, each under its own heading.
+        let tail = &page[results..];
+        assert!(tail.contains("<h3>randread-4k</h3>") && tail.contains("<h3>bursty</h3>"));
+        assert_eq!(tail.matches("<table>").count(), 2);
+        // The headline names the winner of each job and the vmirq target against the peer.
+        let head = &page[headline..first_plot];
+        assert!(head.contains("randread-4k@32") && head.contains("randread-4k@1<"));
+        assert!(head.contains("<td class=\"l good\">vmirq:vic</td>"));
+        assert!(
+            head.contains("more IOPS (by over 2%) in 2 of 2 jobs"),
+            "{head}"
+        );
+        assert!(head.contains("this run has no defaults target"));
+    }
+
+    #[test]
+    fn the_headline_leads_with_the_defaults_when_the_run_had_them() {
+        let mut doc = document();
+        let extra: Vec<CellResult> = doc
+            .cells
+            .iter()
+            .filter(|c| c.target == "vmirq:vic")
+            .map(|c| {
+                let mut d = c.clone();
+                d.target = "vmirq".into();
+                // The defaults are slower than vmirq:vic but still beat the peer.
+                for m in d.runs.iter_mut().flatten() {
+                    m.iops *= 0.8;
+                }
+                d
+            })
+            .collect();
+        doc.cells.extend(extra);
+        finalize(&mut doc.cells);
+        let page = render(&doc);
+        vmirq_report::check::page(&page).expect("well-formed page");
+        assert!(page.contains("vmirq serve with its defaults (target vmirq) against"));
+        assert!(
+            page.contains("IOPS 1.20x the peer"),
+            "geomean of 1.2 and 1.2"
+        );
+        // The per-job rows name vmirq:vic the winner and compare the defaults with the peer.
+        assert!(page.contains(
+            "<td class=\"l good\">vmirq:vic</td><td class=\"l\">vmirq</td><td>24.8k</td>\
+             <td>19.8k</td><td class=\"good\">1.20x</td>"
+        ));
+    }
+
+    #[test]
+    fn a_report_renders_again_from_its_json() {
+        let doc = document();
+        let back = Document::from_json(&doc.to_json().expect("json")).expect("read back");
+        assert_eq!(render(&back), render(&doc));
+        assert!(Document::from_json("{\"revision\": 1}").is_err());
+    }
+
+    #[test]
+    fn saved_reports_still_render() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("results dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let text = std::fs::read_to_string(&path).expect("read");
+                let doc = Document::from_json(&text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let page = render(&doc);
+                vmirq_report::check::page(&page)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(page.contains("<h2 id=\"headline\""));
+                seen += 1;
+            }
+        }
+        assert!(seen > 0, "no saved report in {}", dir.display());
     }
 
     #[test]

@@ -12,10 +12,10 @@ use crate::cpu::Placement;
 use crate::knob::KnobSeries;
 use crate::machine::Machine;
 use crate::results::CellResult;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How the run was configured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunInfo {
     /// Preset name (`quick`, `default`, `full`, `tiny`) or `custom`.
     pub preset: String,
@@ -40,7 +40,7 @@ pub struct RunInfo {
 }
 
 /// The whole report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Document {
     /// Git revision of the tree that was measured.
     pub revision: String,
@@ -54,7 +54,9 @@ pub struct Document {
     pub knob_series: Vec<KnobSeries>,
     /// Skipped targets and failed runs.
     pub notices: Vec<String>,
-    /// Wake latency and halt polling on the host's real KVM, or why not.
+    /// Wake latency and halt polling on the host's real KVM, or why not (reports saved
+    /// before the section existed read back as skipped).
+    #[serde(default)]
     pub kvm: crate::kvm::KvmSection,
 }
 
@@ -77,5 +79,13 @@ impl Document {
             doc: self,
             defaults_vs_peer: super::summary::headline(&self.cells),
         })?)
+    }
+
+    /// Read back a report written by [`Document::to_json`] (to render it again).
+    ///
+    /// # Errors
+    /// The text is not such a report.
+    pub fn from_json(text: &str) -> crate::Result<Self> {
+        serde_json::from_str(text).map_err(crate::BenchError::ReadJson)
     }
 }

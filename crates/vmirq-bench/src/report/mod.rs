@@ -1,10 +1,14 @@
-//! Report rendering: the terminal table ([`table`]), the JSON document ([`json`]) and the
-//! self-contained HTML report with inline SVG plots ([`html`], drawing with [`svg`]).
+//! Report rendering: the terminal table ([`table`]) and reading ([`summary`]), the JSON
+//! document ([`json`]), and the self-contained HTML report ([`html`]: [`headline`] first,
+//! then [`plots`], then the results per workload from [`cells`]), built with vmirq-report.
 
+pub mod cells;
+pub mod group;
+pub mod headline;
 pub mod html;
 pub mod json;
+pub mod plots;
 pub mod summary;
-pub mod svg;
 pub mod table;
 
 pub use json::{Document, RunInfo};

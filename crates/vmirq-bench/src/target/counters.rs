@@ -5,7 +5,7 @@
 //! ended. They cover the whole connection (warm-up included), so only ratios per request are
 //! reported.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Totals over all queues of the counters the bench reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,7 +88,7 @@ impl BackendCounters {
 }
 
 /// Backend counters per completed request (whole connection, warm-up included).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct BackendPerIo {
     /// Kicks received per request.
     pub kicks: f64,

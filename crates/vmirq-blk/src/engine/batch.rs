@@ -8,10 +8,11 @@
 //! buffers point into, so a memory-table change cannot unmap them under the kernel.
 
 use super::{EngineError, QueueEngine, Ring};
+use crate::chain::DescTable;
 use crate::clock::now_ns;
 use crate::counters::QueueCounters;
 use crate::guest_io;
-use crate::request::{self, Request, RequestType};
+use crate::request::{self, Failure, Request, RequestType};
 use crate::storage::{Done, Io, IoKind};
 use crate::virtio::status;
 use std::sync::Arc;
@@ -22,7 +23,8 @@ use vmirq_policy::moderation::{CompletionMeta, Decision, Event, Moderator, Reque
 /// A request between parsing and completion.
 pub(super) struct Slot {
     head: u16,
-    status_addr: Option<GuestAddress>,
+    /// Where the status byte goes (checked by the parser).
+    status_addr: GuestAddress,
     status: u8,
     /// Bytes written into device-writable buffers, not counting the status byte.
     written: u32,
@@ -65,6 +67,16 @@ impl Inflight {
         self.pending.len() - self.free.len()
     }
 
+    /// Whether a tag is free (another request can start).
+    pub(super) fn has_free_tag(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// Whether a request with head `head` has its storage operation in flight.
+    pub(super) fn holds(&self, head: u16) -> bool {
+        self.pending.iter().flatten().any(|p| p.slot.head == head)
+    }
+
     /// Drop the requests storage reported finished (`done`), then keep the guest memory of
     /// every request still pending mapped for the life of the process: its storage operation
     /// may still be running in the kernel.
@@ -104,41 +116,84 @@ impl QueueEngine {
         ring: &mut dyn Ring,
         mem: &Arc<GuestMemoryMmap>,
     ) -> Result<usize, EngineError> {
-        let mut submitted_at = None;
+        let mut subs = Submissions::default();
         let mut popped = 0usize;
-        let mut last = None;
-        let mut notify_at_submit = false;
+        let mut broken = None;
         {
-            let mut chains = ring.queue_mut().iter(&**mem)?;
+            let queue = ring.queue_mut();
+            let table = DescTable {
+                addr: GuestAddress(queue.desc_table()),
+                size: queue.size(),
+            };
+            let mut chains = queue.iter(&**mem)?;
             while !self.inflight.free.is_empty() {
                 let Some(chain) = chains.next() else { break };
                 popped += 1;
                 let head = chain.head_index();
-                match request::parse(
-                    head,
-                    chain,
-                    mem,
-                    &self.parts.geometry,
-                    &mut self.inflight.scratch,
-                ) {
-                    Ok(req) => self.start(req, mem),
-                    Err(rej) => self.inflight.ready.push(rejected_slot(rej)),
+                self.tracking.popped(head);
+                if let Err(e) = self.take_chain(head, table, mem, &mut subs) {
+                    // Stop reading the avail ring at the broken chain.
+                    broken = Some(e);
+                    break;
                 }
-                // One clock read per batch, and none for the empty batch that ends a drain.
-                let at = *submitted_at.get_or_insert_with(now_ns);
-                let d = self.parts.moderation.on_event(at, Event::Submit);
-                notify_at_submit |= d == Decision::Notify;
-                last = Some(d);
             }
         }
         if popped == 0 {
             self.stalled = false;
             return Ok(0);
         }
+        self.end_batch(subs, broken, ring, mem)?;
+        Ok(popped)
+    }
+
+    /// Validate and start the chain at `head` (taken from the ring, or resubmitted), and tell
+    /// the policy. A chain that breaks a ring rule is an error: the caller stops there.
+    pub(super) fn take_chain(
+        &mut self,
+        head: u16,
+        table: DescTable,
+        mem: &Arc<GuestMemoryMmap>,
+        subs: &mut Submissions,
+    ) -> Result<(), EngineError> {
+        match request::parse(
+            head,
+            table,
+            mem,
+            &self.parts.geometry,
+            &mut self.inflight.scratch,
+        ) {
+            Ok(req) => self.start(req, mem),
+            Err(Failure::Rejected(rej)) => self.inflight.ready.push(rejected_slot(rej)),
+            Err(Failure::Broken(violation)) => return Err(EngineError::Chain { head, violation }),
+        }
+        // One clock read per batch, and none for the empty batch that ends a drain.
+        let at = *subs.at.get_or_insert_with(now_ns);
+        let d = self.parts.moderation.on_event(at, Event::Submit);
+        subs.notify |= d == Decision::Notify;
+        subs.last = Some(d);
+        Ok(())
+    }
+
+    /// After a batch of [`QueueEngine::take_chain`]: submit to storage, then fail with
+    /// `broken` if a chain broke the ring; otherwise notify if a submission asked for it,
+    /// complete whatever finished, and set the hold timer.
+    pub(super) fn end_batch(
+        &mut self,
+        subs: Submissions,
+        broken: Option<EngineError>,
+        ring: &mut dyn Ring,
+        mem: &Arc<GuestMemoryMmap>,
+    ) -> Result<(), EngineError> {
+        // Operations started before a broken chain still go to storage: they are reaped
+        // (not completed) as they finish, instead of waiting unsubmitted.
         self.parts.io.submit();
-        if notify_at_submit {
+        if let Some(e) = broken {
+            return Err(e);
+        }
+        if subs.notify {
             self.notify(ring, mem)?;
         }
+        let mut last = subs.last;
         if let Some(d) = self.complete_finished(ring, mem)? {
             last = Some(d);
         }
@@ -148,7 +203,7 @@ impl QueueEngine {
         }
         // Out of tags: the rest of the ring waits until storage gives some back.
         self.stalled = self.inflight.free.is_empty();
-        Ok(popped)
+        Ok(())
     }
 
     /// Complete every request whose storage has finished (and those that needed none).
@@ -299,7 +354,7 @@ impl QueueEngine {
         }
         let mut slot = Slot {
             head: req.head,
-            status_addr: Some(req.status),
+            status_addr: req.status,
             status: status::OK,
             written: 0,
             meta,
@@ -386,15 +441,18 @@ impl QueueEngine {
         mem: &GuestMemoryMmap,
     ) -> Result<(), EngineError> {
         let c = &self.parts.counters;
-        let mut used_len = 0;
-        if let Some(addr) = slot.status_addr {
-            // The parser checked that the status byte lies in guest memory; if memory was
-            // replaced since, the write fails and the driver sees used len 0.
-            if data_mem.write_obj(slot.status, addr).is_ok() {
-                used_len = slot.written.saturating_add(1);
-            }
+        // The parser checked that the status byte lies in `data_mem` (the memory the request
+        // was parsed against, kept alive while it is in flight), so this write does not fail;
+        // if it ever did, the chain must not be completed (the driver would read a stale
+        // status): the queue breaks instead.
+        if data_mem.write_obj(slot.status, slot.status_addr).is_err() {
+            return Err(EngineError::StatusWrite { head: slot.head });
         }
+        let used_len = slot.written.saturating_add(1);
+        self.tracking.before_used(slot.head);
         ring.queue_mut().add_used(mem, slot.head, used_len)?;
+        self.tracking
+            .after_used(slot.head, ring.queue_mut().next_used());
         QueueCounters::add(&c.requests, 1);
         if slot.status != status::OK {
             QueueCounters::add(&c.errors, 1);
@@ -409,6 +467,17 @@ impl QueueEngine {
         }
         Ok(())
     }
+}
+
+/// Submissions of one batch, for the moderation policy.
+#[derive(Debug, Default)]
+pub(super) struct Submissions {
+    /// When the batch's chains were taken (read once, at the first).
+    at: Option<vmirq_policy::Nanos>,
+    /// The policy's decision for the last submission.
+    last: Option<Decision>,
+    /// Some submission asked for a notification.
+    notify: bool,
 }
 
 /// Notifications within one batch of completions.

@@ -16,7 +16,9 @@
 
 mod batch;
 mod poll;
+mod tracking;
 
+use crate::chain::Violation;
 use crate::clock::now_ns;
 use crate::counters::QueueCounters;
 use crate::cpustat::CpuSampler;
@@ -58,12 +60,40 @@ pub trait Ring {
 /// Errors that stop a queue (the queue is marked broken; other queues keep running).
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// Reading or writing the rings failed (bad ring addresses, bad head index).
+    /// A chain broke a ring rule or has no writable status byte: it is never completed.
+    #[error("chain at head {head} breaks a ring rule: {violation}")]
+    Chain {
+        /// Head index of the chain.
+        head: u16,
+        /// The rule it broke.
+        violation: Violation,
+    },
+    /// A status byte the parser accepted could not be written at completion; the chain is
+    /// not completed (the driver would read a stale status).
+    #[error("status byte of the chain at head {head} cannot be written")]
+    StatusWrite {
+        /// Head index of the chain.
+        head: u16,
+    },
+    /// Reading or writing the rings failed (bad ring addresses, an available index that
+    /// moved by more than the queue size).
     #[error("virtqueue access failed")]
     Queue(#[from] virtio_queue::Error),
     /// Timer or eventfd failure.
     #[error("event fd operation failed")]
     Io(#[from] io::Error),
+}
+
+/// `e` and its sources, joined with ": " (one log line names the whole cause).
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Everything a queue engine is built from.
@@ -93,16 +123,23 @@ pub struct EngineParts {
 /// One queue's engine.
 pub struct QueueEngine {
     parts: EngineParts,
+    /// The moderation policy as built, restored when a broken queue recovers (the requests
+    /// it counted in flight were dropped).
+    fresh_moderation: Moderation,
     timer: HoldTimer,
     /// When the worker last went to sleep in epoll with a wait pending (for `Waiter::end`).
     sleeping_since: Option<Nanos>,
     /// The engine stopped early and must be resumed by its (immediately armed) timer.
     resume: bool,
     broken: bool,
+    /// The chain (head, rule) that broke the queue last, if a chain did.
+    broken_by: Option<(u16, Violation)>,
     /// Every tag is in flight: the ring is not drained until storage gives tags back.
     stalled: bool,
     /// Requests in flight and reusable buffers.
     inflight: batch::Inflight,
+    /// Inflight-area marks and resubmission (vhost-user INFLIGHT_SHMFD).
+    tracking: tracking::Tracking,
 }
 
 impl QueueEngine {
@@ -113,13 +150,16 @@ impl QueueEngine {
     pub fn new(parts: EngineParts) -> io::Result<Self> {
         let inflight = batch::Inflight::new(parts.io.capacity());
         Ok(Self {
+            fresh_moderation: parts.moderation,
             parts,
             timer: HoldTimer::new()?,
             sleeping_since: None,
             resume: false,
             broken: false,
+            broken_by: None,
             stalled: false,
             inflight,
+            tracking: tracking::Tracking::default(),
         })
     }
 
@@ -160,10 +200,27 @@ impl QueueEngine {
         self.broken
     }
 
+    /// The chain that broke the queue (its head and the rule), if the queue is broken by a
+    /// chain.
+    #[must_use]
+    pub fn broken_by(&self) -> Option<(u16, Violation)> {
+        self.broken_by.filter(|_| self.broken)
+    }
+
     /// The driver reset the device: forget a broken state and any held-completion timer.
     pub fn reset(&mut self) {
         self.quiesce();
-        self.broken = false;
+        self.recover("device reset");
+    }
+
+    /// Forget the loop state, and a broken state with the policy state of the requests it
+    /// dropped (`why` goes to the log line that says the queue serves again).
+    fn recover(&mut self, why: &str) {
+        if self.broken {
+            self.broken = false;
+            self.parts.moderation = self.fresh_moderation;
+            tracing::info!(queue = self.parts.index, "broken queue recovered: {why}");
+        }
         self.stalled = false;
         self.resume = false;
         self.sleeping_since = None;
@@ -218,7 +275,16 @@ impl QueueEngine {
     /// ring's position is reported, so no request is lost across the stop and no buffer
     /// changes after it. Chains still in the available ring stay there (the reported
     /// position is the next one to pop).
+    ///
+    /// A broken queue recovers here: storage in flight is waited for and dropped (nothing of
+    /// a broken queue is completed), and the queue serves again once the frontend restarts
+    /// the ring.
     pub fn on_stop(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
+        if self.broken {
+            self.quiesce();
+            self.recover("the frontend stopped the ring");
+            return;
+        }
         self.guarded(ring, mem, |e, r, m| {
             e.wait_for_storage(QUIESCE_TIMEOUT_MS);
             let completed = e.complete_finished(r, m)?.is_some();
@@ -274,17 +340,38 @@ impl QueueEngine {
             return;
         }
         if let Err(e) = f(self, ring, mem) {
-            tracing::error!(queue = self.parts.index, error = %e, "queue broken; it stops until the driver resets it");
-            QueueCounters::add(&self.parts.counters.errors, 1);
-            self.broken = true;
-            let _ = self.timer.cancel();
-            self.discard_finished();
+            self.break_queue(&e);
         }
+    }
+
+    /// Stop the queue: log one line naming the queue and the cause (for a chain: its head and
+    /// the rule), count it, and drop whatever has finished. Nothing of this queue is put in
+    /// the used ring again, and its avail ring is not read, until the frontend stops the
+    /// ring (GET_VRING_BASE), resets the device or reconnects. Storage in flight is still
+    /// reaped as it finishes (`on_io`), so no memory or tag leaks and no fd stays readable.
+    fn break_queue(&mut self, e: &EngineError) {
+        tracing::error!(
+            queue = self.parts.index,
+            "queue {} broken: {}; it completes nothing until the frontend stops the ring \
+             (GET_VRING_BASE), resets the device or reconnects",
+            self.parts.index,
+            describe(e)
+        );
+        QueueCounters::add(&self.parts.counters.broken, 1);
+        QueueCounters::add(&self.parts.counters.errors, 1);
+        self.broken = true;
+        self.broken_by = match *e {
+            EngineError::Chain { head, violation } => Some((head, violation)),
+            _ => None,
+        };
+        let _ = self.timer.cancel();
+        self.discard_finished();
     }
 
     /// Drain the ring, then poll or sleep as the wait policy says, repeatedly, up to the
     /// per-event bound.
     fn run(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) -> Result<(), EngineError> {
+        self.start_tracking(ring, mem)?;
         for _ in 0..self.parts.max_batches_per_event.max(1) {
             self.drain(ring, mem)?;
             if self.stalled || !self.poll(ring, mem)? {
@@ -304,6 +391,9 @@ impl QueueEngine {
         ring: &mut dyn Ring,
         mem: &Arc<GuestMemoryMmap>,
     ) -> Result<(), EngineError> {
+        if self.resubmit(ring, mem)? && self.stalled {
+            return Ok(());
+        }
         for _ in 0..self.parts.max_batches_per_event.max(1) {
             ring.queue_mut().disable_notification(&**mem)?;
             let n = self.process_batch(ring, mem)?;
@@ -371,5 +461,24 @@ impl Drop for QueueEngine {
     fn drop(&mut self) {
         // The kernel must be done with guest buffers before their mapping can go away.
         self.quiesce();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_broken_queue_log_line_names_the_head_and_the_rule() {
+        let e = EngineError::Chain {
+            head: 7,
+            violation: Violation::IndirectWithNext,
+        };
+        assert_eq!(
+            describe(&e),
+            "chain at head 7 breaks a ring rule: descriptor has both INDIRECT and NEXT"
+        );
+        let e = EngineError::Queue(virtio_queue::Error::InvalidAvailRingIndex);
+        assert!(describe(&e).starts_with("virtqueue access failed: "));
     }
 }

@@ -1,9 +1,8 @@
 //! Table and HTML of `vmirq kvm device`.
 
 use super::DeviceResult;
-use crate::report::html::Page;
-use crate::report::svg::{bar_chart, Series};
 use crate::report::{us, Table};
+use vmirq_report::{BarChart, Page};
 
 /// One row per run.
 #[must_use]
@@ -21,7 +20,8 @@ pub fn table(rows: &[DeviceResult]) -> Table {
         "p99_us",
         "completions",
         "irqs",
-    ]);
+    ])
+    .left_aligned(2);
     for r in rows {
         t.row(vec![
             r.moderation.clone(),
@@ -41,16 +41,15 @@ pub fn table(rows: &[DeviceResult]) -> Table {
     t
 }
 
-/// HTML page with the table and charts of throughput, interrupts and latency.
+/// HTML page: charts of throughput, interrupts and latency, then the table.
 #[must_use]
 pub fn html(rows: &[DeviceResult]) -> String {
-    let mut page = Page::new(
-        "vmirq kvm device",
+    let mut page = Page::new("vmirq kvm device");
+    page.paragraph(
         "A guest driver keeps N requests outstanding on a ring; the VMM device thread completes \
          them after the service time and interrupts the guest through an irqfd as the \
          completion policy decides.",
     );
-    page.table(&table(rows));
     let cats: Vec<String> = rows
         .iter()
         .map(|r| {
@@ -61,34 +60,32 @@ pub fn html(rows: &[DeviceResult]) -> String {
             )
         })
         .collect();
-    let one = |name: &str, f: &dyn Fn(&DeviceResult) -> f64| {
-        vec![Series {
-            name: name.into(),
-            values: rows.iter().map(f).collect(),
-        }]
-    };
-    page.svg(&bar_chart(
-        "completions per second",
-        "1/s",
-        &cats,
-        &one("compl/s", &|r| r.completions_per_sec),
-    ));
-    page.svg(&bar_chart(
-        "interrupts per completion",
-        "irq/compl",
-        &cats,
-        &one("irq/compl", &|r| r.irqs_per_completion),
-    ));
-    let lat = vec![
-        Series {
-            name: "p50 us".into(),
-            values: rows.iter().map(|r| r.lat_ns.p50 as f64 / 1e3).collect(),
-        },
-        Series {
-            name: "p99 us".into(),
-            values: rows.iter().map(|r| r.lat_ns.p99 as f64 / 1e3).collect(),
-        },
-    ];
-    page.svg(&bar_chart("request latency", "us", &cats, &lat));
+    let chart =
+        |title: &str, unit: &str| BarChart::new(title).values(unit).categories(cats.clone());
+    page.plots([
+        chart("Completions per second", "1/s")
+            .series(
+                "compl/s",
+                rows.iter().map(|r| r.completions_per_sec).collect(),
+            )
+            .svg(),
+        chart("Interrupts per completion", "irq/compl")
+            .series(
+                "irq/compl",
+                rows.iter().map(|r| r.irqs_per_completion).collect(),
+            )
+            .svg(),
+        chart("Request latency", "us")
+            .series(
+                "p50",
+                rows.iter().map(|r| r.lat_ns.p50 as f64 / 1e3).collect(),
+            )
+            .series(
+                "p99",
+                rows.iter().map(|r| r.lat_ns.p99 as f64 / 1e3).collect(),
+            )
+            .svg(),
+    ]);
+    page.section("Runs").table(&table(rows));
     page.finish()
 }

@@ -1,14 +1,14 @@
 //! Table and HTML of `vmirq kvm exits`.
 
 use super::ExitsReport;
-use crate::report::html::Page;
-use crate::report::svg::{bar_chart, Series};
 use crate::report::{us, Table};
+use vmirq_report::{BarChart, Page};
 
 /// One row per operation, then one per wake cell.
 #[must_use]
 pub fn table(r: &ExitsReport) -> Table {
-    let mut t = Table::new(&["what", "n", "p50_us", "p99_us", "net_p50_us", "user_exits"]);
+    let mut t =
+        Table::new(&["what", "n", "p50_us", "p99_us", "net_p50_us", "user_exits"]).left_aligned(1);
     for o in &r.ops {
         t.row(vec![
             format!("{:?}", o.op),
@@ -35,39 +35,26 @@ pub fn table(r: &ExitsReport) -> Table {
     t
 }
 
-/// HTML page with the table, a chart of net costs and the costs file.
+/// HTML page: a chart of net costs, the table and the costs file.
 #[must_use]
 pub fn html(r: &ExitsReport) -> String {
-    let mut page = Page::new(
-        "vmirq kvm exits",
+    let mut page = Page::new("vmirq kvm exits");
+    page.paragraph(
         "Per-operation cost measured by guest rdtsc around each operation (baseline = the same \
          loop with a nop, subtracted for net_p50); wake rows are irqfd-to-handler latencies.",
     );
-    page.table(&table(r));
-    let cats: Vec<String> = r
-        .ops
-        .iter()
-        .skip(1)
-        .map(|o| format!("{:?}", o.op))
-        .collect();
-    let vals = r
-        .ops
-        .iter()
-        .skip(1)
-        .map(|o| o.net_p50_ns as f64 / 1000.0)
-        .collect();
-    page.svg(&bar_chart(
-        "net exit cost, p50",
-        "us",
-        &cats,
-        &[Series {
-            name: "net p50 us".into(),
-            values: vals,
-        }],
-    ));
+    let ops = r.ops.iter().skip(1);
+    page.plots([BarChart::new("Net exit cost, p50")
+        .values("us")
+        .categories(ops.clone().map(|o| format!("{:?}", o.op)))
+        .series(
+            "net p50",
+            ops.map(|o| o.net_p50_ns as f64 / 1000.0).collect(),
+        )
+        .svg()]);
+    page.section("Operations").table(&table(r));
     if let Ok(json) = r.costs.to_json() {
-        page.heading("costs file");
-        page.pre(&json);
+        page.section("Costs file").pre(&json);
     }
     page.finish()
 }

@@ -1,11 +1,7 @@
-//! Reports shaped like `vmirq bench`: a plain-text table, JSON (serde), and a self-contained
-//! HTML page with inline SVG charts generated here (no scripts, no external resources).
+//! Number formats shared by the reports of `vmirq kvm` (tables, JSON and HTML pages are
+//! built with `vmirq-report`, like every other vmirq report).
 
-pub mod html;
-pub mod svg;
-pub mod table;
-
-pub use table::Table;
+pub use vmirq_report::Table;
 
 /// Nanoseconds as microseconds with one decimal.
 #[must_use]

@@ -2,9 +2,8 @@
 
 use super::HaltCell;
 use crate::gaps::GapSpec;
-use crate::report::html::Page;
-use crate::report::svg::{bar_chart, Series};
 use crate::report::{pct, us, Table};
+use vmirq_report::{BarChart, Page, Scale};
 
 /// One row per cell. Halts and polling are counted over the measured phase; `start_us` is
 /// the estimated delay from a wake's handler to the next poll's start; `intv_us` is the mean
@@ -28,7 +27,8 @@ pub fn table(cells: &[HaltCell]) -> Table {
         "vcpu_cpu%",
         "max_win_us",
         "overrun_us",
-    ]);
+    ])
+    .left_aligned(2);
     for c in cells {
         t.row(vec![
             c.poller.clone(),
@@ -53,15 +53,15 @@ pub fn table(cells: &[HaltCell]) -> Table {
     t
 }
 
-/// HTML page: the table, latency and polling CPU per poller.
+/// HTML page: latency and polling time per poller for each gap distribution, then the
+/// table.
 #[must_use]
 pub fn html(cells: &[HaltCell]) -> String {
-    let mut page = Page::new(
-        "vmirq kvm halt",
+    let mut page = Page::new("vmirq kvm halt");
+    page.paragraph(
         "Userspace halt path (no in-kernel irqchip, HLT exits to the VMM, vmirq wait policy, \
          KVM_INTERRUPT) against KVM's in-kernel halt polling on the same workload.",
     );
-    page.table(&table(cells));
     let mut workloads: Vec<GapSpec> = cells.iter().map(|c| c.gaps).collect();
     workloads.dedup();
     for gaps in workloads {
@@ -70,32 +70,28 @@ pub fn html(cells: &[HaltCell]) -> String {
             .iter()
             .map(|c| c.poller.split(':').take(2).collect::<Vec<_>>().join(":"))
             .collect();
-        let lat = vec![
-            Series {
-                name: "p50 us".into(),
-                values: sel.iter().map(|c| c.lat_ns.p50 as f64 / 1e3).collect(),
-            },
-            Series {
-                name: "p99 us".into(),
-                values: sel.iter().map(|c| c.lat_ns.p99 as f64 / 1e3).collect(),
-            },
-        ];
-        page.svg(&bar_chart(
-            &format!("wake latency, gaps {gaps}"),
-            "us",
-            &cats,
-            &lat,
-        ));
-        let poll = vec![Series {
-            name: "poll ms".into(),
-            values: sel.iter().map(|c| c.poll_ns as f64 / 1e6).collect(),
-        }];
-        page.svg(&bar_chart(
-            &format!("time spent polling, gaps {gaps}"),
-            "ms",
-            &cats,
-            &poll,
-        ));
+        page.plots([
+            // A tail of milliseconds next to medians of microseconds: log scale.
+            BarChart::new(format!("Wake latency, gaps {gaps}"))
+                .values("us (log scale)")
+                .scale(Scale::Log)
+                .categories(cats.clone())
+                .series(
+                    "p50",
+                    sel.iter().map(|c| c.lat_ns.p50 as f64 / 1e3).collect(),
+                )
+                .series(
+                    "p99",
+                    sel.iter().map(|c| c.lat_ns.p99 as f64 / 1e3).collect(),
+                )
+                .svg(),
+            BarChart::new(format!("Time spent polling, gaps {gaps}"))
+                .values("ms")
+                .categories(cats)
+                .series("poll", sel.iter().map(|c| c.poll_ns as f64 / 1e6).collect())
+                .svg(),
+        ]);
     }
+    page.section("Cells").table(&table(cells));
     page.finish()
 }

@@ -72,7 +72,7 @@ pub struct CellConfig {
 }
 
 /// What the guest TSC looked like against the host's (offset 0 expected).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TscCheck {
     /// Lower bound of guest TSC minus host TSC, in ticks.
     pub offset_min_ticks: i64,
@@ -83,7 +83,7 @@ pub struct TscCheck {
 }
 
 /// Result of one cell. Field names are the JSON contract of `vmirq kvm wake --json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cell {
     /// Sender.
     pub path: Path,

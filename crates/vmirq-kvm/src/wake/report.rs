@@ -3,13 +3,12 @@
 use super::{run_cell, Cell, Path, Placement, Sweep};
 use crate::error::Result;
 use crate::host::TscClock;
-use crate::report::html::Page;
-use crate::report::svg::{bar_chart, Series};
 use crate::report::{pct, us, Table};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use vmirq_report::{BarChart, Page, Svg};
 
 /// The `vmirq kvm wake --json` object.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WakeReport {
     /// Host TSC frequency measured for this run (GHz).
     pub tsc_ghz: f64,
@@ -72,7 +71,8 @@ pub fn table(cells: &[Cell]) -> Table {
         "wakeups",
         "poll_ms",
         "vcpu_cpu%",
-    ]);
+    ])
+    .left_aligned(2);
     for c in cells {
         t.row(vec![
             path_name(c.path).into(),
@@ -93,20 +93,19 @@ pub fn table(cells: &[Cell]) -> Table {
     t
 }
 
-/// The HTML page: the table and, per (path, placement, interval), p50/p99 by poll window.
+/// The HTML page: per (path, placement, interval), p50/p99 by poll window; then the table.
 #[must_use]
 pub fn html(report: &WakeReport) -> String {
-    let mut page = Page::new(
-        "vmirq kvm wake",
+    let mut page = Page::new("vmirq kvm wake");
+    page.paragraph(
         "Latency from the sender's TSC to the first instruction of the guest's interrupt \
          handler, for a halted vCPU woken by an irqfd (MSI) or an x2APIC IPI, by KVM halt-poll \
          window. polled% = halt_successful_poll / halts from KVM's own statistics.",
     );
-    page.pre(&format!(
-        "host load averages: {}; TSC {:.3} GHz",
-        report.loadavg, report.tsc_ghz
-    ));
-    page.table(&table(&report.cells));
+    page.facts(&[
+        ("host load averages", report.loadavg.clone()),
+        ("TSC", format!("{:.3} GHz", report.tsc_ghz)),
+    ]);
     let mut groups: Vec<(Path, Placement, u64)> = Vec::new();
     for c in &report.cells {
         let key = (c.path, c.placement, c.interval_ns);
@@ -114,34 +113,33 @@ pub fn html(report: &WakeReport) -> String {
             groups.push(key);
         }
     }
-    for (path, placement, interval) in groups {
-        let cells: Vec<&Cell> = report
-            .cells
-            .iter()
-            .filter(|c| (c.path, c.placement, c.interval_ns) == (path, placement, interval))
-            .collect();
-        let cats: Vec<String> = cells
-            .iter()
-            .map(|c| format!("poll {} us", us(c.halt_poll_ns)))
-            .collect();
-        let f = |v: u64| v as f64 / 1000.0;
-        let series = vec![
-            Series {
-                name: "p50 us".into(),
-                values: cells.iter().map(|c| f(c.lat_ns.p50)).collect(),
-            },
-            Series {
-                name: "p99 us".into(),
-                values: cells.iter().map(|c| f(c.lat_ns.p99)).collect(),
-            },
-        ];
-        let title = format!(
-            "{} wake, {} core, interval {} us",
-            path_name(path),
-            placement_name(placement),
-            us(interval)
-        );
-        page.svg(&bar_chart(&title, "latency (us)", &cats, &series));
-    }
+    let plots: Vec<Svg> = groups
+        .into_iter()
+        .map(|(path, placement, interval)| {
+            let cells: Vec<&Cell> = report
+                .cells
+                .iter()
+                .filter(|c| (c.path, c.placement, c.interval_ns) == (path, placement, interval))
+                .collect();
+            let f = |v: u64| v as f64 / 1000.0;
+            BarChart::new(format!(
+                "{} wake, {} core, interval {} us",
+                path_name(path),
+                placement_name(placement),
+                us(interval)
+            ))
+            .values("latency (us)")
+            .categories(
+                cells
+                    .iter()
+                    .map(|c| format!("poll {} us", us(c.halt_poll_ns))),
+            )
+            .series("p50", cells.iter().map(|c| f(c.lat_ns.p50)).collect())
+            .series("p99", cells.iter().map(|c| f(c.lat_ns.p99)).collect())
+            .svg()
+        })
+        .collect();
+    page.plots(plots);
+    page.section("Cells").table(&table(&report.cells));
     page.finish()
 }

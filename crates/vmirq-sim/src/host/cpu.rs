@@ -32,7 +32,7 @@ impl Core {
                 self.arm_slice(p)
             }
             None => {
-                self.pcpus[p].time.set(now, Cat::Idle);
+                self.pcpu_idle(p);
                 Ok(())
             }
         }
@@ -60,10 +60,11 @@ impl Core {
         let now = self.now();
         match self.pcpus[p].current {
             None => {
+                let exit = self.pcpu_wake(p);
                 self.pcpus[p].current = Some(v);
                 self.pcpus[p].time.set(now, Cat::Sched);
                 self.q
-                    .schedule_in(self.costs.sched_wakeup_ns, Ev::Running(v))?;
+                    .schedule_in(self.costs.sched_wakeup_ns + exit, Ev::Running(v))?;
                 Ok(())
             }
             Some(c) => {

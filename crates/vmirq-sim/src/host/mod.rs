@@ -151,6 +151,8 @@ pub struct Pcpu {
     pub time: CpuTime,
     /// Timeslice timer.
     pub slice: Timer,
+    /// Idle-state governor (host C-states, `crate::profiles`).
+    pub gov: crate::profiles::Governor,
 }
 
 /// Whether the machine is virtualized.
@@ -189,6 +191,10 @@ pub struct Core {
     /// [`Core::start_scheduler`]); otherwise all pCPUs switch in lockstep, which amounts
     /// to accidental gang scheduling of the VMs.
     pub stagger_slices: bool,
+    /// Host idle states and governor bound of the profile (none: idle costs nothing extra).
+    pub idle_states: &'static [crate::profiles::CState],
+    /// The governor's prediction cap (the host's next timer event).
+    pub next_timer_ns: Nanos,
 }
 
 /// Result alias of the host model.
@@ -215,7 +221,42 @@ impl Core {
             metrics: Metrics::default(),
             rng: Rng::new(seed, 1),
             stagger_slices: false,
+            idle_states: &[],
+            next_timer_ns: 4_000_000,
         }
+    }
+
+    /// pCPU `p` has nothing to run: it idles, in the state the governor picks.
+    pub(crate) fn pcpu_idle(&mut self, p: PcpuId) {
+        let now = self.now();
+        self.pcpus[p].time.set(now, Cat::Idle);
+        if self.idle_states.is_empty() {
+            return;
+        }
+        let i = self.pcpus[p]
+            .gov
+            .select(self.idle_states, self.next_timer_ns);
+        self.pcpus[p].gov.idle = Some((now, i));
+        // Entries per state index of the profile's table (0 = shallowest).
+        self.metrics.count(match i {
+            0 => "host_idle_state0",
+            1 => "host_idle_state1",
+            2 => "host_idle_state2",
+            3 => "host_idle_state3",
+            _ => "host_idle_state4",
+        });
+    }
+
+    /// pCPU `p` wakes from idle: returns the extra exit latency of its idle state.
+    pub(crate) fn pcpu_wake(&mut self, p: PcpuId) -> Nanos {
+        let Some((since, i)) = self.pcpus[p].gov.idle.take() else {
+            return 0;
+        };
+        let now = self.now();
+        self.pcpus[p].gov.record(now.saturating_sub(since));
+        let extra = crate::profiles::extra_exit_ns(self.idle_states, i);
+        self.metrics.add("host_idle_exit_ns", extra);
+        extra
     }
 
     /// Current simulated time.

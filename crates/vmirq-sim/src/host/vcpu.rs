@@ -266,7 +266,7 @@ impl Core {
         self.metrics.count("halts");
         if self.bare() {
             let p = self.vcpus[v].pcpu;
-            self.pcpus[p].time.set(now, Cat::Idle);
+            self.pcpu_idle(p);
             self.vcpus[v].run = Run::Blocked;
             return Ok(());
         }
@@ -387,8 +387,9 @@ impl Core {
                     self.vcpus[v].work.push_front(Work { ns: 0, ..entry });
                     if !self.vcpus[v].kicked {
                         self.vcpus[v].kicked = true;
+                        let exit = self.pcpu_wake(self.vcpus[v].pcpu);
                         self.q
-                            .schedule_in(self.costs.native_ipi_wakeup_ns, Ev::Running(v))?;
+                            .schedule_in(self.costs.native_ipi_wakeup_ns + exit, Ev::Running(v))?;
                     }
                     return Ok(());
                 }

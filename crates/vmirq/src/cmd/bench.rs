@@ -1,5 +1,6 @@
 //! `vmirq bench`: side-by-side benchmark of `vmirq serve` policies, qemu-storage-daemon and
-//! bare io_uring, driven by libblkio (library `vmirq-bench`). This module only maps options.
+//! bare io_uring, driven by libblkio (library `vmirq-bench`), or with `--guest` by fio in a
+//! real Linux guest. This module only maps options.
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
@@ -8,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use vmirq_bench::cpu::Placement;
 use vmirq_bench::plan::Preset;
-use vmirq_bench::report::{html, summary, table};
+use vmirq_bench::report::{html, summary, table, Document};
 use vmirq_bench::session::{self, Options};
 use vmirq_bench::target::TargetSpec;
 
@@ -47,12 +48,84 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Write a self-contained HTML report with plots.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "guest")]
     html: Option<PathBuf>,
+    /// Run nothing: read a report saved with `--json` and print (and with `--html`, write)
+    /// it again, for example with a newer report layout.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["quick", "full", "targets", "reps", "measure_ms", "no_peer", "no_kvm", "json", "guest"]
+    )]
+    from_json: Option<PathBuf>,
+    /// Run fio inside a real Linux guest (QEMU, KVM if it can run one, else TCG) against
+    /// vmirq's defaults, vmirq vic with kick polling and qemu-storage-daemon instead of the
+    /// libblkio matrix; reports IOPS ratios and guest interrupts per I/O (`--target`,
+    /// `--reps`, `--measure-ms` (per fio job), `--no-peer` and `--json` apply).
+    #[arg(long, conflicts_with = "full")]
+    guest: bool,
 }
 
-/// Run the bench and print the table.
+/// `vmirq bench --guest`.
+fn run_guest(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut targets = match &args.targets {
+        Some(ts) => ts
+            .iter()
+            .map(|t| t.parse::<TargetSpec>())
+            .collect::<Result<Vec<_>, _>>()?,
+        None => vmirq_bench::guest::Options::default_targets()
+            .into_iter()
+            .filter(|t| !t.is_peer())
+            .collect(),
+    };
+    if !args.no_peer && !targets.iter().any(TargetSpec::is_peer) {
+        targets.push(TargetSpec::Qsd);
+    }
+    let runtime_s = args
+        .measure_ms
+        .map_or(if args.quick { 2 } else { 3 }, |ms| {
+            ms.div_ceil(1000).max(1)
+        });
+    let opts = vmirq_bench::guest::Options {
+        targets,
+        repetitions: args.reps.unwrap_or(if args.quick { 1 } else { 3 }).max(1),
+        runtime_s: u32::try_from(runtime_s).unwrap_or(u32::MAX),
+        vmirq_exe: std::env::current_exe().context("locating the vmirq executable")?,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let report = vmirq_bench::guest::run(&opts, &|line| eprintln!("{line}"))?;
+    print!("{}", vmirq_bench::guest::render(&report));
+    println!("{:.0} s on {}", report.wall_s, report.machine.summary());
+    if let Some(path) = &args.json {
+        std::fs::write(path, report.to_json()?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("JSON: {}", path.display());
+    }
+    if report.cells.iter().any(|c| c.runs.is_empty()) {
+        eprintln!("some targets failed every repetition (see notices above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Run the bench (or read a saved report) and print the table.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.guest {
+        return run_guest(&args);
+    }
+    let doc = match &args.from_json {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Document::from_json(&text).with_context(|| format!("reading {}", path.display()))?
+        }
+        None => measure(&args)?,
+    };
+    report(&args, &doc)
+}
+
+/// Run the benchmark the options describe.
+fn measure(args: &Args) -> anyhow::Result<Document> {
     let targets = args
         .targets
         .as_ref()
@@ -80,7 +153,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         no_kvm: args.no_kvm,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let doc = session::run(&opts, &vmirq_bench::progress::Bar::new())?;
+    Ok(session::run(&opts, &vmirq_bench::progress::Bar::new())?)
+}
+
+/// Print the table and summary; write the JSON and HTML files asked for.
+fn report(args: &Args, doc: &Document) -> anyhow::Result<ExitCode> {
     println!("{}", table::render(&doc.cells));
     print!("{}", summary::render(&doc.cells));
     print!("{}", vmirq_bench::kvm::render_text(&doc.kvm));
@@ -96,7 +173,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("JSON: {}", path.display());
     }
     if let Some(path) = &args.html {
-        std::fs::write(path, html::render(&doc))
+        std::fs::write(path, html::render(doc))
             .with_context(|| format!("writing {}", path.display()))?;
         println!("HTML: {}", path.display());
     }

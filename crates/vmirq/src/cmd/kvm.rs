@@ -220,7 +220,7 @@ fn run_wake(a: WakeArgs) -> anyhow::Result<ExitCode> {
     if a.out.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", wake::table(&report.cells).render());
+        print!("{}", wake::table(&report.cells).to_text());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -247,7 +247,7 @@ fn run_exits(a: ExitsArgs) -> anyhow::Result<ExitCode> {
     if a.out.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", vmirq_kvm::exits::table(&report).render());
+        print!("{}", vmirq_kvm::exits::table(&report).to_text());
         println!("{}", report.costs.to_json()?);
     }
     Ok(ExitCode::SUCCESS)
@@ -313,7 +313,7 @@ fn run_halt(a: HaltArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&serde_json::json!({ "cells": cells }))?
         );
     } else {
-        print!("{}", userhalt::table(&cells).render());
+        print!("{}", userhalt::table(&cells).to_text());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -376,7 +376,7 @@ fn run_device(a: DeviceArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&serde_json::json!({ "runs": rows }))?
         );
     } else {
-        print!("{}", device::table(&rows).render());
+        print!("{}", device::table(&rows).to_text());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,3 +6,4 @@ pub mod kvm;
 pub mod replay;
 pub mod serve;
 pub mod sim;
+pub mod sim_sweep;

@@ -1,9 +1,10 @@
-//! `vmirq sim`: run a simulator scenario (published vs simulated), or sweep a parameter grid.
+//! `vmirq sim`: run a simulator scenario (published vs simulated), or sweep a parameter grid
+//! (on this machine or a Dask cluster, see `sim_sweep.rs`).
 
 use anyhow::Context as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vmirq_sim::scenario::{parse_set, sweep, Scenario, Value};
+use vmirq_sim::scenario::{parse_set, Scenario, Value};
 
 /// Run a vmirq-sim scenario, or `sweep` one over a parameter grid.
 #[derive(Debug, clap::Args)]
@@ -17,15 +18,19 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Sub {
-    /// Run the scenario's runs at every point of a parameter grid (parallel, one run per core).
-    Sweep(SweepArgs),
+    /// Run the scenario's runs at every point of a parameter grid: on this machine (one run
+    /// per core) or on a Dask cluster (`--engine dask`).
+    Sweep(Box<super::sim_sweep::SweepArgs>),
+    /// Run one sweep job (JSON on stdin with `-`, or a file) and print its point as one JSON
+    /// line: what `--engine dask` workers execute.
+    Point(super::sim_sweep::PointArgs),
 }
 
 #[derive(Debug, clap::Args)]
-struct Common {
+pub(super) struct Common {
     /// Seed for every run (default: the scenario's).
     #[arg(long)]
-    seed: Option<u64>,
+    pub(super) seed: Option<u64>,
     /// Override a model key for every run: key=value (dotted keys, TOML values).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -34,7 +39,7 @@ struct Common {
     costs: Option<PathBuf>,
     /// Write the JSON report here.
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(super) json: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -54,24 +59,7 @@ struct RunArgs {
     strict: bool,
 }
 
-#[derive(Debug, clap::Args)]
-struct SweepArgs {
-    /// Scenario file.
-    scenario: PathBuf,
-    /// Grid axis: key=v1,v2,... (repeatable; cartesian product).
-    #[arg(long = "grid", value_name = "KEY=V1,V2,...", required = true)]
-    grid: Vec<String>,
-    /// Metrics to print (default: all checks' metrics).
-    #[arg(long = "metric")]
-    metric: Vec<String>,
-    /// Write an HTML page plotting each metric against the first grid axis.
-    #[arg(long)]
-    html: Option<PathBuf>,
-    #[command(flatten)]
-    common: Common,
-}
-
-fn sets(c: &Common) -> anyhow::Result<Vec<(String, Value)>> {
+pub(super) fn sets(c: &Common) -> anyhow::Result<Vec<(String, Value)>> {
     let mut out = Vec::new();
     if let Some(p) = &c.costs {
         let text =
@@ -96,7 +84,8 @@ fn sets(c: &Common) -> anyhow::Result<Vec<(String, Value)>> {
 /// Unreadable or invalid scenario, failed run, unwritable output.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.sub {
-        Some(Sub::Sweep(s)) => run_sweep(s),
+        Some(Sub::Sweep(s)) => super::sim_sweep::run_sweep(*s),
+        Some(Sub::Point(p)) => super::sim_sweep::run_point(&p),
         None => run_one(args.run),
     }
 }
@@ -124,49 +113,4 @@ fn run_one(a: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&a.scenario)
-        .with_context(|| format!("reading {}", a.scenario.display()))?;
-    let mut grid = Vec::new();
-    for g in &a.grid {
-        let (k, vs) = g
-            .split_once('=')
-            .with_context(|| format!("bad --grid {g:?}: expected key=v1,v2"))?;
-        let vals = vs
-            .split(',')
-            .map(|v| parse_set(&format!("x={v}")).map(|p| p.1))
-            .collect::<Result<Vec<_>, _>>()?;
-        grid.push((k.to_string(), vals));
-    }
-    let metrics = if a.metric.is_empty() {
-        let sc = Scenario::parse(&text, &sets(&a.common)?)?;
-        let mut m: Vec<String> = sc.checks.iter().map(|c| c.metric.clone()).collect();
-        m.dedup();
-        m
-    } else {
-        a.metric.clone()
-    };
-    let points = sweep(&text, &sets(&a.common)?, &grid, a.common.seed)?;
-    for p in &points {
-        let vals: Vec<String> = metrics
-            .iter()
-            .map(|m| format!("{m}={:.1}", p.values.get(m).copied().unwrap_or(f64::NAN)))
-            .collect();
-        println!("{:<40} {:<22} {}", p.point.join(" "), p.run, vals.join(" "));
-    }
-    if let Some(path) = &a.common.json {
-        std::fs::write(path, serde_json::to_string_pretty(&points)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if let Some(path) = &a.html {
-        let title = format!("sweep of {}", a.scenario.display());
-        std::fs::write(
-            path,
-            vmirq_sim::html::render_sweep(&title, &points, &metrics),
-        )
-        .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
 }
