@@ -104,7 +104,9 @@ pub struct BackendPerIo {
     pub poll_hits: f64,
     /// Kick waits that fell asleep per request.
     pub poll_misses: f64,
-    /// Kick polls refused or cut short by the contention gate per request.
+    /// Kick polls refused or cut short by the contention gate per request (0 in reports
+    /// written before the gate existed).
+    #[serde(default)]
     pub poll_contended: f64,
 }
 
