@@ -21,20 +21,15 @@ pub struct VsPeer {
     /// IOPS / peer IOPS (above 1 is better).
     #[serde(deserialize_with = "nan_if_null")]
     pub iops: f64,
-    /// p50 latency / peer p50 (below 1 is better); NaN in reports saved before it existed.
-    #[serde(default = "unknown", deserialize_with = "nan_if_null")]
-    pub p50: f64,
+    /// p50 latency / peer p50 (below 1 is better; absent in reports written before it was).
+    #[serde(default)]
+    pub p50: Option<f64>,
     /// p99 latency / peer p99 (below 1 is better).
     #[serde(deserialize_with = "nan_if_null")]
     pub p99: f64,
     /// CPU per I/O / peer CPU per I/O (below 1 is better).
     #[serde(deserialize_with = "nan_if_null")]
     pub cpu_ns_per_io: f64,
-}
-
-/// A ratio that was not measured.
-fn unknown() -> f64 {
-    f64::NAN
 }
 
 /// Read a ratio back: JSON has no NaN, so an undefined ratio (a zero denominator, see
@@ -217,7 +212,9 @@ impl CellResult {
         let f = crate::stats::as_f64;
         self.vs_peer = Some(VsPeer {
             iops: Spread::over(&pairs, |(c, p)| ratio(c.iops, p.iops)).median,
-            p50: Spread::over(&pairs, |(c, p)| ratio(f(c.lat_ns.p50), f(p.lat_ns.p50))).median,
+            p50: Some(
+                Spread::over(&pairs, |(c, p)| ratio(f(c.lat_ns.p50), f(p.lat_ns.p50))).median,
+            ),
             p99: Spread::over(&pairs, |(c, p)| ratio(f(c.lat_ns.p99), f(p.lat_ns.p99))).median,
             cpu_ns_per_io: Spread::over(&pairs, |(c, p)| ratio(c.cpu_ns_per_io, p.cpu_ns_per_io))
                 .median,
@@ -321,7 +318,7 @@ mod tests {
         let peer = v.vs_peer.expect("peer");
         assert!((peer.iops - 1.75).abs() < 1e-12);
         assert!((peer.p99 - 0.375).abs() < 1e-12);
-        assert!((peer.p50 - 0.375).abs() < 1e-12);
+        assert!((peer.p50.expect("p50") - 0.375).abs() < 1e-12);
         let added = v.added_latency_ns.expect("bare");
         assert!((added.mean - 20.0).abs() < 1e-12, "{added:?}");
         assert!(cells[0].added_latency_ns.is_none() && cells[1].vs_peer.is_none());

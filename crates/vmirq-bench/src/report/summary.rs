@@ -25,8 +25,8 @@ pub struct HeadlineJob {
     pub peer_iops: f64,
     /// IOPS ratio (above 1: vmirq ahead).
     pub iops_ratio: f64,
-    /// p50 latency ratio (below 1: vmirq faster).
-    pub p50_ratio: f64,
+    /// p50 latency ratio (below 1: vmirq faster; absent in reports written before it was).
+    pub p50_ratio: Option<f64>,
     /// p99 latency ratio.
     pub p99_ratio: f64,
     /// CPU per I/O ratio, client plus backend (below 1: vmirq cheaper).
@@ -106,15 +106,17 @@ pub fn render_headline(h: Option<&Headline>) -> String {
         h.target, h.peer
     );
     for j in &h.jobs {
+        let p50 = j
+            .p50_ratio
+            .map_or_else(|| "    -".to_owned(), |r| format!("{r:>5.2}x"));
         let _ = writeln!(
             out,
-            "  {:<13} QD {:<3} {:<9}  IOPS {:>5.2}x  p50 {:>5.2}x  p99 {:>5.2}x  CPU/IO {:>5.2}x  \
+            "  {:<13} QD {:<3} {:<9}  IOPS {:>5.2}x  p50 {p50}  p99 {:>5.2}x  CPU/IO {:>5.2}x  \
              notif/IO {:.3} (peer {:.3})",
             j.workload,
             j.queue_depth,
             j.client_mode,
             j.iops_ratio,
-            j.p50_ratio,
             j.p99_ratio,
             j.cpu_ratio,
             j.notifications_per_io,
@@ -240,7 +242,7 @@ mod tests {
         assert_eq!(h.jobs.len(), 2);
         assert!((h.jobs[0].iops_ratio - 2.5).abs() < 1e-9, "{:?}", h.jobs[0]);
         assert!((h.jobs[1].iops_ratio - 0.5).abs() < 1e-9);
-        assert!((h.jobs[1].p50_ratio - 2.0).abs() < 1e-9);
+        assert!((h.jobs[1].p50_ratio.expect("p50") - 2.0).abs() < 1e-9);
         assert!((h.iops_ratio_min - 0.5).abs() < 1e-9);
         assert!((h.iops_ratio_geomean - 1.25f64.sqrt()).abs() < 1e-9);
         let text = render(&cells);
