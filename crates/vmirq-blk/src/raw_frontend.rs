@@ -19,30 +19,7 @@ use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap};
 use vmm_sys_util::event::{EventConsumer, EventFlag, EventNotifier};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
-/// vhost-user request codes (the vhost-user specification's numbering).
-pub mod req {
-    #![allow(missing_docs)]
-    pub const GET_FEATURES: u32 = 1;
-    pub const SET_FEATURES: u32 = 2;
-    pub const SET_OWNER: u32 = 3;
-    pub const RESET_OWNER: u32 = 4;
-    pub const SET_MEM_TABLE: u32 = 5;
-    pub const SET_VRING_NUM: u32 = 8;
-    pub const SET_VRING_ADDR: u32 = 9;
-    pub const SET_VRING_BASE: u32 = 10;
-    pub const GET_VRING_BASE: u32 = 11;
-    pub const SET_VRING_KICK: u32 = 12;
-    pub const SET_VRING_CALL: u32 = 13;
-    pub const SET_VRING_ERR: u32 = 14;
-    pub const GET_PROTOCOL_FEATURES: u32 = 15;
-    pub const SET_PROTOCOL_FEATURES: u32 = 16;
-    pub const GET_QUEUE_NUM: u32 = 17;
-    pub const SET_VRING_ENABLE: u32 = 18;
-    pub const GET_CONFIG: u32 = 24;
-    pub const GET_MAX_MEM_SLOTS: u32 = 36;
-    pub const ADD_MEM_REG: u32 = 37;
-    pub const REM_MEM_REG: u32 = 38;
-}
+pub use crate::guard::wire::req;
 
 /// Header flags: version 1.
 pub const VERSION_1: u32 = 0x1;

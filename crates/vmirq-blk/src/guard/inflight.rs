@@ -20,15 +20,7 @@ use std::sync::Arc;
 use vhost::vhost_user::message::{VhostUserInflight, VhostUserProtocolFeatures};
 use vm_memory::ByteValued;
 
-/// Request codes this part looks at.
-mod code {
-    pub const GET_VRING_BASE: u32 = 11;
-    pub const SET_VRING_KICK: u32 = 12;
-    pub const GET_PROTOCOL_FEATURES: u32 = 15;
-    pub const SET_PROTOCOL_FEATURES: u32 = 16;
-    pub const GET_INFLIGHT_FD: u32 = 31;
-    pub const SET_INFLIGHT_FD: u32 = 32;
-}
+use super::wire::req as code;
 
 const INFLIGHT_SHMFD: u64 = VhostUserProtocolFeatures::INFLIGHT_SHMFD.bits();
 const REPLY_ACK: u64 = VhostUserProtocolFeatures::REPLY_ACK.bits();

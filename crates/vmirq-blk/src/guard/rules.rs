@@ -21,29 +21,7 @@
 use super::wire::{le_u64, Message, FLAG_REPLY};
 use std::fs::File;
 
-/// vhost-user request codes (the vhost-user specification's numbering).
-mod code {
-    pub const GET_FEATURES: u32 = 1;
-    pub const SET_OWNER: u32 = 3;
-    pub const RESET_OWNER: u32 = 4;
-    pub const SET_MEM_TABLE: u32 = 5;
-    pub const SET_VRING_NUM: u32 = 8;
-    pub const SET_VRING_ADDR: u32 = 9;
-    pub const SET_VRING_BASE: u32 = 10;
-    pub const GET_VRING_BASE: u32 = 11;
-    pub const SET_VRING_KICK: u32 = 12;
-    pub const SET_VRING_CALL: u32 = 13;
-    pub const SET_VRING_ERR: u32 = 14;
-    pub const GET_PROTOCOL_FEATURES: u32 = 15;
-    pub const SET_PROTOCOL_FEATURES: u32 = 16;
-    pub const GET_QUEUE_NUM: u32 = 17;
-    pub const SET_VRING_ENABLE: u32 = 18;
-    pub const SET_BACKEND_REQ_FD: u32 = 21;
-    pub const GET_CONFIG: u32 = 24;
-    pub const GET_MAX_MEM_SLOTS: u32 = 36;
-    pub const ADD_MEM_REG: u32 = 37;
-    pub const REM_MEM_REG: u32 = 38;
-}
+use super::wire::req as code;
 
 /// `VHOST_USER_PROTOCOL_F_REPLY_ACK`.
 const PROTOCOL_REPLY_ACK: u64 = 1 << 3;

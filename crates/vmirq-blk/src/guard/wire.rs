@@ -8,6 +8,35 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
+/// vhost-user request codes (the vhost-user specification's numbering): one table for the
+/// guard, its INFLIGHT_SHMFD handling and the test frontends.
+pub mod req {
+    #![allow(missing_docs)]
+    pub const GET_FEATURES: u32 = 1;
+    pub const SET_FEATURES: u32 = 2;
+    pub const SET_OWNER: u32 = 3;
+    pub const RESET_OWNER: u32 = 4;
+    pub const SET_MEM_TABLE: u32 = 5;
+    pub const SET_VRING_NUM: u32 = 8;
+    pub const SET_VRING_ADDR: u32 = 9;
+    pub const SET_VRING_BASE: u32 = 10;
+    pub const GET_VRING_BASE: u32 = 11;
+    pub const SET_VRING_KICK: u32 = 12;
+    pub const SET_VRING_CALL: u32 = 13;
+    pub const SET_VRING_ERR: u32 = 14;
+    pub const GET_PROTOCOL_FEATURES: u32 = 15;
+    pub const SET_PROTOCOL_FEATURES: u32 = 16;
+    pub const GET_QUEUE_NUM: u32 = 17;
+    pub const SET_VRING_ENABLE: u32 = 18;
+    pub const SET_BACKEND_REQ_FD: u32 = 21;
+    pub const GET_CONFIG: u32 = 24;
+    pub const GET_INFLIGHT_FD: u32 = 31;
+    pub const SET_INFLIGHT_FD: u32 = 32;
+    pub const GET_MAX_MEM_SLOTS: u32 = 36;
+    pub const ADD_MEM_REG: u32 = 37;
+    pub const REM_MEM_REG: u32 = 38;
+}
+
 /// Header bytes: request, flags, payload size (little-endian u32 each).
 pub const HEADER_LEN: usize = 12;
 /// Largest payload the protocol allows (`vhost`'s `MAX_MSG_SIZE`).
