@@ -13,6 +13,18 @@ use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 
+/// Every moderation policy, as a spec with small parameters: the one list the tests run their
+/// policy matrices over.
+pub const EVERY_MODERATION: &[&str] = &[
+    "none",
+    "count:usecs=50,frames=32",
+    "vic",
+    "ipi-gap:gap_us=100",
+    "dim",
+    "spdk",
+    "budget:us=20",
+];
+
 /// `VRING_DESC_F_NEXT`.
 pub const F_NEXT: u16 = 1;
 /// `VRING_DESC_F_WRITE`.

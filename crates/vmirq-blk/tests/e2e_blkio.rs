@@ -54,15 +54,7 @@ fn ram_disk_write_read_back_qd1_and_qd32() {
 }
 
 /// Every moderation policy the spec syntax knows, with small parameters.
-const POLICIES: &[&str] = &[
-    "none",
-    "count:usecs=50,frames=32",
-    "vic",
-    "ipi-gap:gap_us=100",
-    "dim",
-    "spdk",
-    "budget:us=20",
-];
+const POLICIES: &[&str] = vmirq_blk::mock_guest::EVERY_MODERATION;
 
 /// Backend notifications (call-eventfd writes) summed over queues.
 fn backend_notifications(srv: &Running) -> u64 {

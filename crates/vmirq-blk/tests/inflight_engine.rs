@@ -10,7 +10,7 @@ use vhost::vhost_user::message::VhostUserInflight;
 use vmirq_blk::inflight::area::{self, AreaLimits, InflightArea, QueueLog};
 use vmirq_blk::inflight::QueueSlot;
 use vmirq_blk::manual_io::{manual_io_on, ManualIoHandle};
-use vmirq_blk::mock_guest::{DeviceOpts, MockGuest, Submitted, TestDevice};
+use vmirq_blk::mock_guest::{DeviceOpts, MockGuest, Submitted, TestDevice, EVERY_MODERATION};
 use vmirq_blk::storage::RamDisk;
 use vmirq_blk::virtio::{req, status};
 
@@ -182,14 +182,8 @@ fn backend_gone_after_storage_finished_resubmits_exactly_once() {
 
 #[test]
 fn restart_under_every_moderation_policy() {
-    for m in [
-        "count:usecs=50,frames=32",
-        "vic",
-        "ipi-gap:gap_us=100",
-        "dim",
-        "spdk",
-        "budget:us=20",
-    ] {
+    // `none` is the other tests' policy.
+    for &m in EVERY_MODERATION.iter().filter(|m| **m != "none") {
         crash_and_restart(MockGuest::used_idx, true, m);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 use vmirq_blk::clock::now_ns;
-use vmirq_blk::mock_guest::{DeviceOpts, TestDevice};
+use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, EVERY_MODERATION};
 use vmirq_blk::virtio::req;
 use vmirq_policy::spec::ContentionSpec;
 
@@ -129,15 +129,7 @@ fn count_policy_holds_a_lone_completion_until_its_timer() {
 
 #[test]
 fn every_policy_eventually_announces_every_completion() {
-    for spec in [
-        "none",
-        "count:usecs=50,frames=32",
-        "vic",
-        "ipi-gap:gap_us=100",
-        "dim",
-        "spdk",
-        "budget:us=20",
-    ] {
+    for spec in EVERY_MODERATION {
         let moderation = spec.parse().expect("spec");
         let mut d = TestDevice::new(DeviceOpts {
             moderation,

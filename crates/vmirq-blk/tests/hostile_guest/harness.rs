@@ -6,15 +6,7 @@ use vmirq_blk::virtio::{req, status};
 pub const SECTOR: u32 = 512;
 
 /// Every moderation policy, each without kick polling and with a fixed 20 µs poll.
-pub const MODERATION: &[&str] = &[
-    "none",
-    "count:usecs=50,frames=32",
-    "vic",
-    "ipi-gap:gap_us=100",
-    "dim",
-    "spdk",
-    "budget:us=20",
-];
+pub const MODERATION: &[&str] = vmirq_blk::mock_guest::EVERY_MODERATION;
 pub const POLL: &[&str] = &["never", "fixed:ns=20000"];
 
 /// `(label, options)` for every configuration, on top of `base`.
