@@ -57,7 +57,13 @@ fn survives_ten_reconnects_without_leaking_fds_or_threads() {
     );
     drop(c);
     wait_for_connections(&srv, 12);
-    // Give the server a moment to finish tearing down the last connection.
+    assert_no_leak(fds, threads);
+    srv.stop();
+}
+
+/// Fds and threads are back to at most `fds` and `threads`, given the server up to 5 s to
+/// finish tearing down the last connection.
+fn assert_no_leak(fds: usize, threads: usize) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while (fd_count() > fds || thread_count() > threads) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -74,7 +80,6 @@ fn survives_ten_reconnects_without_leaking_fds_or_threads() {
         threads,
         thread_count()
     );
-    srv.stop();
 }
 
 /// Wait until the server has accepted `n` connections and the last one is torn down.
@@ -140,21 +145,6 @@ fn refused_messages_with_descriptors_leak_nothing() {
     assert_eq!(c.drain(1), vec![(2, 0)]);
     drop(c);
     wait_for_connections(&srv, 12);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while (fd_count() > fds || thread_count() > threads) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(
-        fd_count() <= fds,
-        "fd leak: {} before, {} after",
-        fds,
-        fd_count()
-    );
-    assert!(
-        thread_count() <= threads,
-        "thread leak: {} before, {} after",
-        threads,
-        thread_count()
-    );
+    assert_no_leak(fds, threads);
     srv.stop();
 }
