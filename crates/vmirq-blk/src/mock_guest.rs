@@ -613,7 +613,7 @@ pub struct TestDevice {
     /// The device queue.
     pub engine: crate::engine::QueueEngine,
     /// Its counters.
-    pub counters: std::sync::Arc<crate::counters::QueueCounters>,
+    pub counters: std::sync::Arc<crate::counters::BlkQueueCounters>,
 }
 
 /// The GET_ID answer of a [`TestDevice`].
@@ -639,7 +639,7 @@ impl TestDevice {
     /// On setup failure (test setup, not guest input).
     #[must_use]
     pub fn with_io(o: DeviceOpts, io: Box<dyn crate::storage::QueueIo>) -> Self {
-        let counters = std::sync::Arc::new(crate::counters::QueueCounters::default());
+        let counters = std::sync::Arc::new(crate::counters::BlkQueueCounters::default());
         let geometry = crate::request::DiskGeometry {
             capacity_bytes: crate::storage::whole_sectors(o.disk_bytes),
             read_only: o.read_only,

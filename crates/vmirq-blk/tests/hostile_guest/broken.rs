@@ -58,7 +58,7 @@ fn expect_broken_with(o: DeviceOpts, build: Build, want: Violation, recovery: Re
         Some((head, want)),
         "head and rule recorded"
     );
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
     d.guest.assert_canary(&canary, &[]);
     // A broken queue ignores kicks and timers.
     d.kick();
@@ -81,7 +81,7 @@ fn expect_broken_with(o: DeviceOpts, build: Build, want: Violation, recovery: Re
     assert_eq!(d.guest.status(&after), status::OK);
     assert!(d.guest.read(&after.data[0]).iter().all(|&b| b == 0x77));
     assert_still_serves(&mut d);
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
 }
 
 fn expect_broken(o: DeviceOpts, build: Build, want: Violation) {
@@ -462,7 +462,7 @@ fn avail_index_jumping_past_the_queue_size(o: DeviceOpts) {
         vec![],
         "entries completed from a bogus ring"
     );
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
     d.guest.assert_canary(&canary, &[]);
     d.guest.set_avail_idx(1);
     d.stop();
