@@ -20,7 +20,8 @@
 //!
 //! The device-independent queue machinery (moderation with its hold timer, EVENT_IDX,
 //! kick polling, generic counters, the Prometheus endpoint) is `vmirq_vhost`'s, shared with
-//! the other vmirq devices; [`clock`] and [`cpustat`] are re-exported from there. The
+//! the other vmirq devices, as are the message [`guard`] and INFLIGHT_SHMFD ([`inflight`]);
+//! those modules are re-exported from there. The
 //! vhost-user protocol itself is rust-vmm's (`vhost`, `vhost-user-backend`).
 
 pub mod backend;
@@ -28,9 +29,7 @@ pub mod chain;
 pub mod config;
 pub mod counters;
 pub mod engine;
-pub mod guard;
 pub mod guest_io;
-pub mod inflight;
 #[cfg(feature = "test-utils")]
 pub mod manual_io;
 #[cfg(feature = "test-utils")]
@@ -45,7 +44,7 @@ pub mod storage;
 pub mod vhost_frontend;
 pub mod virtio;
 
-pub use vmirq_vhost::{clock, cpustat};
+pub use vmirq_vhost::{clock, cpustat, guard, inflight};
 
 pub use config::{parse_size, DiskSpec, ServerConfig, ServerOptions};
 pub use server::{Server, ServerError, ServerHandle};

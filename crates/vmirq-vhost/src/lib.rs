@@ -5,7 +5,9 @@
 //! moderation policy, its hold timerfd ([`timer`]) and EVENT_IDX / NO_INTERRUPT on top),
 //! bounded kick polling ([`poll`], fed by [`cpustat`] for the contention gate), per-queue
 //! counters with a device extension point ([`counters`]) and their Prometheus endpoint
-//! ([`metrics`]).
+//! ([`metrics`]); the vhost-user message guard ([`guard`]), which checks every frontend
+//! message before rust-vmm's handler sees it and answers INFLIGHT_SHMFD itself, and the
+//! inflight areas it hands to the queues ([`inflight`]).
 //!
 //! Nothing here knows a device type or talks vhost-user itself: the queue machinery works on
 //! a [`Ring`] (a virtio-queue `Queue` plus a way to signal the driver) and a guest memory
@@ -14,6 +16,8 @@
 pub mod clock;
 pub mod counters;
 pub mod cpustat;
+pub mod guard;
+pub mod inflight;
 pub mod metrics;
 pub mod notify;
 pub mod poll;
