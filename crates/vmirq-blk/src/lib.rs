@@ -20,12 +20,12 @@
 //!
 //! The device-independent queue machinery (moderation with its hold timer, EVENT_IDX,
 //! kick polling, generic counters, the Prometheus endpoint) is `vmirq_vhost`'s, shared with
-//! the other vmirq devices, as are the message [`guard`] and INFLIGHT_SHMFD ([`inflight`]);
+//! the other vmirq devices, as are the ring rules of [`chain`], the message [`guard`] and
+//! INFLIGHT_SHMFD ([`inflight`]);
 //! those modules are re-exported from there. The
 //! vhost-user protocol itself is rust-vmm's (`vhost`, `vhost-user-backend`).
 
 pub mod backend;
-pub mod chain;
 pub mod config;
 pub mod counters;
 pub mod engine;
@@ -44,7 +44,7 @@ pub mod storage;
 pub mod vhost_frontend;
 pub mod virtio;
 
-pub use vmirq_vhost::{clock, cpustat, guard, inflight};
+pub use vmirq_vhost::{chain, clock, cpustat, guard, inflight};
 
 pub use config::{parse_size, DiskSpec, ServerConfig, ServerOptions};
 pub use server::{Server, ServerError, ServerHandle};

@@ -7,12 +7,14 @@
 //! counters with a device extension point ([`counters`]) and their Prometheus endpoint
 //! ([`metrics`]); the vhost-user message guard ([`guard`]), which checks every frontend
 //! message before rust-vmm's handler sees it and answers INFLIGHT_SHMFD itself, and the
-//! inflight areas it hands to the queues ([`inflight`]).
+//! inflight areas it hands to the queues ([`inflight`]); the descriptor chain walker that
+//! enforces the virtio ring rules on hostile guests ([`chain`]).
 //!
 //! Nothing here knows a device type or talks vhost-user itself: the queue machinery works on
 //! a [`Ring`] (a virtio-queue `Queue` plus a way to signal the driver) and a guest memory
 //! snapshot, so tests drive it with a mock guest.
 
+pub mod chain;
 pub mod clock;
 pub mod counters;
 pub mod cpustat;
