@@ -32,19 +32,28 @@ pub mod engine;
 pub mod guest_io;
 #[cfg(feature = "test-utils")]
 pub mod manual_io;
-#[cfg(feature = "test-utils")]
-pub mod mock_guest;
-#[cfg(feature = "test-utils")]
-pub mod raw_frontend;
 pub mod request;
 pub mod server;
 pub mod signals;
 pub mod storage;
 #[cfg(feature = "test-utils")]
+pub mod test_device;
+#[cfg(feature = "test-utils")]
 pub mod vhost_frontend;
 pub mod virtio;
 
 pub use vmirq_vhost::{chain, clock, cpustat, guard, inflight};
+
+/// The driver-side mock guest (vmirq-vhost's, feature `test-utils`) with the block device's
+/// requests ([`BlkRequests`](test_device::BlkRequests)) and [`TestDevice`](test_device::TestDevice).
+#[cfg(feature = "test-utils")]
+pub mod mock_guest {
+    pub use crate::test_device::*;
+    pub use vmirq_vhost::mock_guest::*;
+}
+/// The adversarial vhost-user frontend (vmirq-vhost's, feature `test-utils`).
+#[cfg(feature = "test-utils")]
+pub use vmirq_vhost::raw_frontend;
 
 pub use config::{parse_size, DiskSpec, ServerConfig, ServerOptions};
 pub use server::{Server, ServerError, ServerHandle};

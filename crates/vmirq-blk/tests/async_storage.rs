@@ -7,6 +7,7 @@
 use std::time::Duration;
 use vmirq_blk::clock::now_ns;
 use vmirq_blk::manual_io::{manual_io, ManualIoHandle};
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, Submitted, TestDevice};
 use vmirq_blk::virtio::{req, status};
 

@@ -12,6 +12,7 @@ use common::client::Client;
 use common::{pattern, Running};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{Canary, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN, REGION1_START};
 use vmirq_blk::raw_frontend::{
     mem_table, memfd, message, req, vring_addr, vring_state, RawFrontend, Reply, Session,

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 use vmirq_blk::clock::now_ns;
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, EVERY_MODERATION};
 use vmirq_blk::virtio::req;
 use vmirq_policy::spec::ContentionSpec;

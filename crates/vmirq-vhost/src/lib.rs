@@ -8,7 +8,9 @@
 //! ([`metrics`]); the vhost-user message guard ([`guard`]), which checks every frontend
 //! message before rust-vmm's handler sees it and answers INFLIGHT_SHMFD itself, and the
 //! inflight areas it hands to the queues ([`inflight`]); the descriptor chain walker that
-//! enforces the virtio ring rules on hostile guests ([`chain`]).
+//! enforces the virtio ring rules on hostile guests ([`chain`]). Behind the `test-utils`
+//! feature: the driver-side mock guest (`mock_guest`) and an adversarial vhost-user
+//! frontend (`raw_frontend`) for every device's tests and fuzz targets.
 //!
 //! Nothing here knows a device type or talks vhost-user itself: the queue machinery works on
 //! a [`Ring`] (a virtio-queue `Queue` plus a way to signal the driver) and a guest memory
@@ -21,8 +23,12 @@ pub mod cpustat;
 pub mod guard;
 pub mod inflight;
 pub mod metrics;
+#[cfg(feature = "test-utils")]
+pub mod mock_guest;
 pub mod notify;
 pub mod poll;
+#[cfg(feature = "test-utils")]
+pub mod raw_frontend;
 pub mod timer;
 
 use std::io;

@@ -8,6 +8,7 @@
 use crate::harness::{assert_still_serves, hdr_and_status, matrix, SECTOR};
 use vmirq_blk::chain::{self, Violation};
 use vmirq_blk::manual_io::manual_io;
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{
     DeviceOpts, MockGuest, TestDevice, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN,
 };

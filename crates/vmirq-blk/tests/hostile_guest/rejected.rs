@@ -5,6 +5,7 @@
 use crate::harness::{
     assert_still_serves, expect_status, hdr_and_status, matrix, run_one, writable, SECTOR,
 };
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{
     DeviceOpts, MockGuest, TestDevice, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN, REGION1_START,
     TEST_SERIAL,
