@@ -55,6 +55,13 @@ pub trait Ring {
     /// # Errors
     /// When the eventfd write fails.
     fn signal(&self) -> io::Result<()>;
+    /// Guest memory as it is now, when another thread can change it while the engine works
+    /// (vhost-user: the frontend's memory-table messages are handled beside the worker, and
+    /// a request published after their ack may point into a region the worker's snapshot
+    /// lacks). `None`: the snapshot the engine was called with stays current.
+    fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
+        None
+    }
 }
 
 /// Errors that stop a queue (the queue is marked broken; other queues keep running).
