@@ -255,6 +255,14 @@ impl VhostUserBackend for BlkBackend {
             e.lock().unwrap_or_else(PoisonError::into_inner).reset();
         }
     }
+    fn acked_features(&self, features: u64) {
+        let indirect = features & bit(feature::RING_INDIRECT_DESC) != 0;
+        for e in &self.engines {
+            e.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_indirect_desc(indirect);
+        }
+    }
     fn set_event_idx(&self, _enabled: bool) {
         // vhost-user-backend sets EVENT_IDX on each vring's queue; the engine asks the queue.
     }

@@ -136,6 +136,7 @@ impl QueueEngine {
             let table = DescTable {
                 addr: GuestAddress(queue.desc_table()),
                 size: queue.size(),
+                indirect: self.indirect_desc,
             };
             let mut chains = queue.iter(&**mem)?;
             while popped < available && !self.inflight.free.is_empty() {

@@ -147,6 +147,9 @@ pub struct QueueEngine {
     inflight: batch::Inflight,
     /// Inflight-area marks and resubmission (vhost-user INFLIGHT_SHMFD).
     tracking: tracking::Tracking,
+    /// The driver negotiated VIRTIO_F_RING_INDIRECT_DESC: without it an INDIRECT
+    /// descriptor breaks the queue.
+    indirect_desc: bool,
 }
 
 impl QueueEngine {
@@ -167,6 +170,7 @@ impl QueueEngine {
             stalled: false,
             inflight,
             tracking: tracking::Tracking::default(),
+            indirect_desc: false,
         })
     }
 
@@ -212,6 +216,12 @@ impl QueueEngine {
     #[must_use]
     pub fn broken_by(&self) -> Option<(u16, Violation)> {
         self.broken_by.filter(|_| self.broken)
+    }
+
+    /// The features the driver acknowledged: whether it negotiated
+    /// VIRTIO_F_RING_INDIRECT_DESC (until it says so, INDIRECT descriptors are refused).
+    pub fn set_indirect_desc(&mut self, negotiated: bool) {
+        self.indirect_desc = negotiated;
     }
 
     /// The driver reset the device: forget a broken state and any held-completion timer.
