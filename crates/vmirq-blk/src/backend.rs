@@ -8,7 +8,7 @@
 //! `2 * queues + 1 + q` its storage completion fd, if it has one (both registered by the
 //! server after the daemon is created).
 
-use crate::engine::{QueueEngine, Ring};
+use crate::engine::{Dropped, QueueEngine, Ring};
 use crate::virtio::{feature, BlkConfig};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -109,6 +109,16 @@ impl BlkBackend {
     #[must_use]
     pub fn masks(&self) -> &[u64] {
         &self.masks
+    }
+
+    /// The frontend is gone: detach every queue engine (wait for its storage in flight and
+    /// forget those requests; see [`QueueEngine::detach`]). Returns the totals.
+    pub fn detach(&self) -> Dropped {
+        let mut total = Dropped::default();
+        for e in &self.engines {
+            total.add(e.lock().unwrap_or_else(PoisonError::into_inner).detach());
+        }
+        total
     }
 
     /// Hold-timer fd of queue `q`.

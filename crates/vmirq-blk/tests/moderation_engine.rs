@@ -328,3 +328,42 @@ fn a_chain_published_after_a_memory_table_change_sees_the_new_region() {
         assert_eq!(d.guest.byte_at(st), want, "live memory: {live}");
     }
 }
+
+/// The frontend went away (vhost-user disconnect, server stop): `detach` waits for the
+/// storage operations in flight and reports them (one failed here), completes none of them,
+/// and the engine then ignores kicks, timers and storage events: nothing new is started and
+/// nothing is written to the rings of the gone frontend.
+#[test]
+fn a_detached_engine_waits_for_storage_and_completes_nothing() {
+    use vmirq_blk::engine::Dropped;
+    use vmirq_blk::manual_io::manual_io;
+    let o = DeviceOpts::default();
+    let (io, handle) = manual_io(8, o.disk_bytes);
+    let mut d = TestDevice::with_io(o, Box::new(io));
+    let r = d.guest.submit(req::IN, 0, &[SECTOR], true);
+    let w = d.guest.submit(req::OUT, 1, &[SECTOR], false);
+    d.kick();
+    assert_eq!(handle.started(), 2);
+    assert_eq!(handle.fail(1), 1);
+    assert_eq!(
+        d.engine.detach(),
+        Dropped {
+            requests: 2,
+            failed: 1,
+            unfinished: 0
+        }
+    );
+    assert_eq!(handle.waits(), 1, "detach did not wait for storage");
+    assert_eq!(d.engine.in_flight(), 0);
+    let late = d.guest.submit(req::IN, 2, &[SECTOR], true);
+    d.kick();
+    d.io_ready();
+    d.timer();
+    d.stop();
+    assert_eq!(handle.started(), 0, "a detached engine started a request");
+    assert_eq!(d.guest.take_used(), vec![], "a detached engine completed");
+    for s in [&r, &w, &late] {
+        assert_eq!(d.guest.status(s), 0xFF, "status written after detach");
+    }
+    assert_eq!(d.signals(), 0);
+}

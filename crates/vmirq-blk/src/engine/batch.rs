@@ -94,6 +94,11 @@ impl Inflight {
         }
     }
 
+    /// Operations storage reported finished but failed, not yet taken.
+    pub(super) fn failed_done(&self) -> usize {
+        self.done.iter().filter(|d| !d.ok).count()
+    }
+
     /// Forget every request (after the device reset; their storage has finished).
     pub(super) fn clear(&mut self) {
         for (tag, p) in self.pending.iter_mut().enumerate() {
