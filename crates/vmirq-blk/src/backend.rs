@@ -8,12 +8,12 @@
 //! `2 * queues + 1 + q` its storage completion fd, if it has one (both registered by the
 //! server after the daemon is created).
 
-use crate::engine::{QueueEngine, Ring};
+use crate::engine::{Dropped, QueueEngine, Ring};
 use crate::virtio::{feature, BlkConfig};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringState, VringT};
 use virtio_queue::Queue;
@@ -111,6 +111,16 @@ impl BlkBackend {
         &self.masks
     }
 
+    /// The frontend is gone: detach every queue engine (wait for its storage in flight and
+    /// forget those requests; see [`QueueEngine::detach`]). Returns the totals.
+    pub fn detach(&self) -> Dropped {
+        let mut total = Dropped::default();
+        for e in &self.engines {
+            total.add(e.lock().unwrap_or_else(PoisonError::into_inner).detach());
+        }
+        total
+    }
+
     /// Hold-timer fd of queue `q`.
     #[must_use]
     pub fn timer_fd(&self, q: usize) -> Option<RawFd> {
@@ -144,7 +154,7 @@ impl BlkBackend {
         std::mem::take(&mut *self.exit_fds.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn with_engine<F: FnOnce(&mut QueueEngine, &mut VringState<GuestMem>)>(
+    fn with_engine<F: FnOnce(&mut QueueEngine, &mut LiveRing<'_>)>(
         &self,
         q: usize,
         vrings: &[VringRwLock<GuestMem>],
@@ -159,7 +169,13 @@ impl BlkBackend {
         };
         let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
         let mut state = vring.get_mut();
-        f(&mut engine, &mut state);
+        f(
+            &mut engine,
+            &mut LiveRing {
+                state: &mut state,
+                mem: &self.mem,
+            },
+        );
     }
 }
 
@@ -206,12 +222,22 @@ fn global_index(masks: &[u64], thread: usize, local: usize) -> Option<usize> {
     (0..64).filter(|q| mask & (1 << q) != 0).nth(local)
 }
 
-impl Ring for VringState<GuestMem> {
+/// A vring as the engine sees it: the vring's queue and call fd, and the device's guest
+/// memory, which the frontend's memory-table messages change from another thread.
+struct LiveRing<'a> {
+    state: &'a mut VringState<GuestMem>,
+    mem: &'a GuestMem,
+}
+
+impl Ring for LiveRing<'_> {
     fn queue_mut(&mut self) -> &mut Queue {
-        self.get_queue_mut()
+        self.state.get_queue_mut()
     }
     fn signal(&self) -> io::Result<()> {
-        self.signal_used_queue()
+        self.state.signal_used_queue()
+    }
+    fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
+        Some(self.mem.memory().into_inner())
     }
 }
 
@@ -237,6 +263,14 @@ impl VhostUserBackend for BlkBackend {
     fn reset_device(&self) {
         for e in &self.engines {
             e.lock().unwrap_or_else(PoisonError::into_inner).reset();
+        }
+    }
+    fn acked_features(&self, features: u64) {
+        let indirect = features & bit(feature::RING_INDIRECT_DESC) != 0;
+        for e in &self.engines {
+            e.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_indirect_desc(indirect);
         }
     }
     fn set_event_idx(&self, _enabled: bool) {
@@ -265,7 +299,12 @@ impl VhostUserBackend for BlkBackend {
             let mem = self.mem.memory().into_inner();
             // Same lock order as the worker (engine, then vring).
             let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
-            engine.on_stop(&mut *vring.get_mut(), &mem);
+            let mut state = vring.get_mut();
+            let mut ring = LiveRing {
+                state: &mut state,
+                mem: &self.mem,
+            };
+            engine.on_stop(&mut ring, &mem);
         }
         Ok(())
     }
