@@ -36,9 +36,10 @@ pub mod signals;
 pub mod timer;
 
 use std::io;
+use std::sync::Arc;
 use vhost_user_backend::VringState;
 use virtio_queue::Queue;
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 /// Guest memory as the vhost-user machinery shares it.
 pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap>;
@@ -53,14 +54,34 @@ pub trait Ring {
     /// # Errors
     /// When the eventfd write fails.
     fn signal(&self) -> io::Result<()>;
+    /// Guest memory as it is now, when another thread can change it while the device works
+    /// (vhost-user: the frontend's memory-table messages are handled beside the worker, and
+    /// a request published after their ack may point into a region the worker's snapshot
+    /// lacks). `None`: the snapshot the device was called with stays current.
+    fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
+        None
+    }
 }
 
-impl Ring for VringState<GuestMem> {
+/// A vhost-user vring as a device's queue sees it: the vring's queue and call fd, and the
+/// device's guest memory, which the frontend's memory-table messages change from another
+/// thread (so [`Ring::current_memory`] reads it anew).
+pub struct LiveRing<'a> {
+    /// The vring (locked by the caller).
+    pub state: &'a mut VringState<GuestMem>,
+    /// The device's guest memory.
+    pub mem: &'a GuestMem,
+}
+
+impl Ring for LiveRing<'_> {
     fn queue_mut(&mut self) -> &mut Queue {
-        self.get_queue_mut()
+        self.state.get_queue_mut()
     }
     fn signal(&self) -> io::Result<()> {
-        self.signal_used_queue()
+        self.state.signal_used_queue()
+    }
+    fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
+        Some(self.mem.memory().into_inner())
     }
 }
 
