@@ -180,12 +180,14 @@ fn poll_window_is_bounded_by_the_wait_policy_and_counted_as_a_miss() {
 
 /// The contention gate: a worker that waits for its CPU half of the time (an equal-weight
 /// neighbour) stops polling within one 4 ms verdict and does not poll again while the gate is
-/// closed; one that waits 2 % (a nice-19 neighbour's share) polls its whole window.
+/// closed; one that waits 2 % (a nice-19 neighbour's share) polls its whole window. The window
+/// is 200 ms so that "stopped early" (one 4 ms verdict) stays far from "kept polling" even when
+/// a loaded machine preempts the test thread for tens of milliseconds.
 #[test]
 fn polling_stops_when_a_neighbour_wants_the_cpu() {
     let device = |waited_pct| {
         TestDevice::new(DeviceOpts {
-            poll: "fixed:ns=20000000".parse().expect("spec"),
+            poll: "fixed:ns=200000000".parse().expect("spec"),
             contention: ContentionSpec::default(),
             cpu_waited_pct: waited_pct,
             ..DeviceOpts::default()
@@ -200,7 +202,7 @@ fn polling_stops_when_a_neighbour_wants_the_cpu() {
         took >= Duration::from_millis(4),
         "stopped before a verdict: {took:?}"
     );
-    assert!(took < Duration::from_millis(15), "kept polling: {took:?}");
+    assert!(took < Duration::from_millis(100), "kept polling: {took:?}");
     let c = busy.counters.snapshot();
     assert_eq!((c.poll_misses, c.poll_contended), (1, 1));
     // Closed for 10 ms: the next wait sleeps at once.
@@ -216,7 +218,7 @@ fn polling_stops_when_a_neighbour_wants_the_cpu() {
     let t = Instant::now();
     quiet.kick();
     assert!(
-        t.elapsed() >= Duration::from_millis(20),
+        t.elapsed() >= Duration::from_millis(200),
         "{:?}",
         t.elapsed()
     );
