@@ -10,7 +10,8 @@
 //! inflight areas it hands to the queues ([`inflight`]); the descriptor chain walker that
 //! enforces the virtio ring rules on hostile guests ([`chain`]); one guarded frontend
 //! connection's daemon and its leak-free teardown ([`daemon`]); SIGUSR1/SIGINT/SIGTERM
-//! handling for a server process ([`signals`]). Behind the `test-utils`
+//! handling for a server process ([`signals`]); surviving a frontend that truncates its guest
+//! memory after handing it over ([`sigbus`]). Behind the `test-utils`
 //! feature: the driver-side mock guest (`mock_guest`) and an adversarial vhost-user
 //! frontend (`raw_frontend`) for every device's tests and fuzz targets.
 //!
@@ -32,6 +33,7 @@ pub mod notify;
 pub mod poll;
 #[cfg(feature = "test-utils")]
 pub mod raw_frontend;
+pub mod sigbus;
 pub mod signals;
 pub mod timer;
 
