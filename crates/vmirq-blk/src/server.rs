@@ -64,6 +64,7 @@ pub struct ServerHandle {
     connections: Arc<AtomicU64>,
     serving: Arc<AtomicBool>,
     dropped: Arc<Mutex<Dropped>>,
+    revoked: Arc<AtomicU64>,
 }
 
 impl ServerHandle {
@@ -115,6 +116,13 @@ impl ServerHandle {
         *self.dropped.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Connections dropped because their frontend truncated guest memory it had handed over
+    /// (see `vmirq_vhost::sigbus`).
+    #[must_use]
+    pub fn memory_revoked(&self) -> u64 {
+        self.revoked.load(Ordering::Relaxed)
+    }
+
     /// Frontend connections accepted so far.
     #[must_use]
     pub fn connections(&self) -> u64 {
@@ -152,6 +160,7 @@ impl Server {
             connections: Arc::new(AtomicU64::new(0)),
             serving: Arc::new(AtomicBool::new(false)),
             dropped: Arc::new(Mutex::new(Dropped::default())),
+            revoked: Arc::new(AtomicU64::new(0)),
         };
         Ok(Self {
             config,
@@ -216,6 +225,7 @@ impl Server {
         let inflight = Arc::new(InflightState::new(c.queues, c.queue_size));
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(self.device(mem.clone(), &inflight)?);
+        let peer = vmirq_vhost::guard::peer_pid(&frontend).ok();
         let connection = Connection {
             name: "vmirq-blk",
             backend: Arc::clone(&backend),
@@ -236,10 +246,23 @@ impl Server {
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = conn.shutdown_handle();
+        backend.set_shutdown(conn.shutdown_handle());
         if self.handle.stop.load(Ordering::Acquire) {
             conn.request_shutdown();
         }
         conn.wait();
+        if let Some(what) = backend.revoked() {
+            self.handle.revoked.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                frontend_pid = peer,
+                guest_addr = format_args!("{:#x}", what.guest_addr),
+                bytes = what.len,
+                "frontend (pid {}) truncated guest memory it had handed over: {what}; its \
+                 queues are broken, nothing that touched that memory was completed, and the \
+                 connection is dropped",
+                peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+            );
+        }
         *self
             .handle
             .current

@@ -333,6 +333,19 @@ impl SharedMemory {
     pub fn fds(&self) -> [RawFd; 2] {
         [self.files[0].as_raw_fd(), self.files[1].as_raw_fd()]
     }
+
+    /// Shrink (or grow) region `region`'s file to `len` bytes, as a hostile frontend may
+    /// after SET_MEM_TABLE. The frontend's own mapping past `len` must not be touched
+    /// afterwards: that access would raise SIGBUS in this process.
+    ///
+    /// # Errors
+    /// When `region` is not 0 or 1, or ftruncate fails.
+    pub fn truncate(&self, region: usize, len: u64) -> io::Result<()> {
+        self.files
+            .get(region)
+            .ok_or_else(|| io::Error::other("no such region"))?
+            .set_len(len)
+    }
 }
 
 /// One queue as the frontend sees it.

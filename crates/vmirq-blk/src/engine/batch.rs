@@ -20,6 +20,7 @@ use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, Decision, RequestKind};
 use vmirq_vhost::notify::Submissions;
+use vmirq_vhost::sigbus::revoked_in;
 
 /// A request between parsing and completion.
 pub(super) struct Slot {
@@ -428,6 +429,11 @@ impl QueueEngine {
         // status): the queue breaks instead.
         if data_mem.write_obj(slot.status, slot.status_addr).is_err() {
             return Err(EngineError::StatusWrite { head: slot.head });
+        }
+        // The frontend truncated guest memory under the request (its buffers, status or
+        // header may have read as zeros): never completed, the queue breaks.
+        if let Some(r) = revoked_in(data_mem).or_else(|| revoked_in(mem)) {
+            return Err(EngineError::MemoryRevoked(r));
         }
         let used_len = slot.written.saturating_add(1);
         self.tracking.before_used(slot.head);

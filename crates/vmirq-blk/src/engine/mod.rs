@@ -33,6 +33,7 @@ use vmirq_policy::Nanos;
 use vmirq_vhost::cpustat::CpuSampler;
 use vmirq_vhost::notify::QueueNotifier;
 use vmirq_vhost::poll::KickPoller;
+use vmirq_vhost::sigbus::revoked_in;
 
 pub use vmirq_vhost::Ring;
 
@@ -91,6 +92,11 @@ pub enum EngineError {
     /// Timer or eventfd failure.
     #[error("event fd operation failed")]
     Io(#[from] io::Error),
+    /// The frontend shrank the file under a guest memory region (an access raised SIGBUS and
+    /// was given a zero page, see `vmirq_vhost::sigbus`): nothing that may have touched that
+    /// memory is completed.
+    #[error("{0}")]
+    MemoryRevoked(vmirq_vhost::sigbus::Revoked),
 }
 
 impl From<vmirq_vhost::QueueError> for EngineError {
@@ -405,7 +411,12 @@ impl QueueEngine {
         if self.broken || self.detached {
             return;
         }
-        if let Err(e) = f(self, ring, mem) {
+        let result = f(self, ring, mem).and_then(|()| match revoked_in(mem) {
+            // A fault in the batch (or in another thread) may have fed zeros to anything.
+            Some(r) => Err(EngineError::MemoryRevoked(r)),
+            None => Ok(()),
+        });
+        if let Err(e) = result {
             self.break_queue(&e);
         }
     }

@@ -115,7 +115,10 @@ impl Drop for Rendezvous {
 }
 
 /// Process id of the peer of a unix socket.
-fn peer_pid(s: &UnixStream) -> io::Result<u32> {
+///
+/// # Errors
+/// When SO_PEERCRED fails.
+pub fn peer_pid(s: &UnixStream) -> io::Result<u32> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,

@@ -417,7 +417,20 @@ fn region(raw: &[u8], index: usize, file: &File) -> Result<Region, Refusal> {
     }
     let file_len = file.metadata().map_err(|_| Refusal::FileSize(index))?.len();
     match end {
-        Some(e) if e <= file_len => Ok(Region { gpa, size, va }),
+        Some(e) if e <= file_len => {
+            if crate::sigbus::unsealed_memfd(file) {
+                // Allowed (QEMU's file and hugetlbfs backends cannot be sealed at all): the
+                // SIGBUS handler keeps the process alive if the frontend truncates it.
+                tracing::warn!(
+                    region = index,
+                    guest_addr = format_args!("{gpa:#x}"),
+                    size,
+                    "memory region is a memfd without F_SEAL_SHRINK: the frontend can \
+                     truncate it under the backend (the connection is then dropped)"
+                );
+            }
+            Ok(Region { gpa, size, va })
+        }
         _ => Err(Refusal::PastEof {
             index,
             size,
