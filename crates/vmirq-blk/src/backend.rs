@@ -350,6 +350,8 @@ impl VhostUserBackend for BlkBackend {
                 "guest memory not protected against truncation by the frontend"
             );
         }
+        drop(reg);
+        self.check_revoked();
         Ok(())
     }
     fn queues_per_thread(&self) -> Vec<u64> {
@@ -375,6 +377,7 @@ impl VhostUserBackend for BlkBackend {
             };
             engine.on_stop(&mut ring, &mem);
         }
+        self.check_revoked();
         Ok(())
     }
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {

@@ -15,7 +15,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{
-    Canary, EVERY_MODERATION, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN, REGION1_START,
+    Canary, Desc, EVERY_MODERATION, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN,
+    REGION1_START,
 };
 use vmirq_blk::raw_frontend::{
     mem_table, memfd, message, req, vring_addr, vring_state, RawFrontend, Reply, Session,
@@ -672,6 +673,67 @@ fn a_frontend_that_truncates_its_memory_loses_only_its_connection(cfg: &Cfg) {
     srv.stop();
 }
 
+/// The kernel-side variant on an image file (io_uring storage): the read's header and
+/// status lie in region 1, only its buffer in region 0's truncated part, so no user-space
+/// access faults before the storage read. The kernel cannot copy into the truncated page
+/// (EFAULT, also on the blocking retry): the request ends with IOERR, or, if something in
+/// the backend touched that page first, it is not completed at all. Never OK.
+fn a_storage_read_into_truncated_memory_is_never_ok(cfg: &Cfg) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("disk.img");
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(4 << 20))
+        .expect("image");
+    let srv = Running::start(
+        DiskSpec::Image {
+            path,
+            direct: false,
+        },
+        |o| {
+            o.queues = QUEUES;
+            o.queue_size = 256;
+            o.moderation = cfg.moderation.parse().expect("moderation spec");
+            o.poll = cfg.poll.parse().expect("poll spec");
+        },
+    );
+    let mut s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
+    let before = srv.handle.memory_revoked();
+    let g = &mut s.queues[0].guest;
+    let (hdr, st) = (REGION1_START, REGION1_START + 64);
+    let data = g.alloc(8 * SECTOR);
+    assert!(data >= 4096, "the buffer lies in the truncated part");
+    g.write_header(hdr, blk::IN, 0);
+    g.fill(
+        &Desc {
+            addr: st,
+            len: 1,
+            write: true,
+        },
+        0xFF,
+    );
+    g.write_desc(50, hdr, 16, F_NEXT, 51);
+    g.write_desc(51, data, 8 * SECTOR, F_WRITE | F_NEXT, 52);
+    g.write_desc(52, st, 1, F_WRITE, 0);
+    g.publish(50);
+    s.mem.truncate(0, 4096).expect("ftruncate");
+    s.kick(0).expect("kick");
+    let used = s.wait_used(0, 1, Duration::from_secs(2));
+    if used.is_empty() {
+        assert!(
+            srv.handle.memory_revoked() > before,
+            "neither completed nor revoked"
+        );
+        eprintln!("{cfg}: storage read into truncated memory: not completed (revoked)");
+    } else {
+        assert_eq!(used, vec![(50, 1)], "completed with data");
+        assert_eq!(s.queues[0].guest.byte_at(st), status::IOERR);
+        eprintln!("{cfg}: storage read into truncated memory: IOERR");
+    }
+    drop(s);
+    assert_fresh_connection_serves(&srv, 83);
+    srv.stop();
+}
+
 /// One `#[test]` per case, each running the case under every configuration.
 macro_rules! matrix {
     ($($case:ident),* $(,)?) => {
@@ -707,5 +769,6 @@ matrix!(
     a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts,
     a_new_connection_recovers_a_broken_queue,
     a_frontend_that_truncates_its_memory_loses_only_its_connection,
+    a_storage_read_into_truncated_memory_is_never_ok,
     indirect_descriptors_follow_the_acked_features,
 );

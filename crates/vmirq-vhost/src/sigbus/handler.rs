@@ -1,6 +1,6 @@
 //! The process-wide SIGBUS handler: a fault inside a registered guest memory mapping (the
-//! frontend shrank the file under it) gets the faulting page replaced by a private anonymous
-//! zero page and the mapping marked revoked, and the access completes; any other SIGBUS goes
+//! frontend shrank the file under it) gets the mapping replaced by private anonymous zero
+//! memory and marked revoked, and the access completes; any other SIGBUS goes
 //! to the disposition that was there before (by default: the process dies, as without this
 //! handler).
 //!
@@ -92,12 +92,12 @@ fn repair(info: *mut libc::siginfo_t) -> bool {
     let Some((slot, m)) = TABLE.find(addr) else {
         return false;
     };
+    // The whole registered mapping at once: the connection is going away and completes
+    // nothing from now on, so its other pages need not stay the frontend's, and one
+    // replacement costs one memory map entry where page after page would split the mapping
+    // into thousands (and could run into vm.max_map_count). If that fails, the faulting page.
     let page = PAGE_SIZE.load(Ordering::Relaxed);
-    let first = addr & !(page - 1);
-    // One page first; a mapping with larger pages (hugetlbfs) cannot be split at a small page,
-    // then the whole registered mapping is replaced (its start and length are multiples of
-    // its page size).
-    if !zero_fill(first, page) && !zero_fill(m.start, m.len) {
+    if !zero_fill(m.start, m.len) && !zero_fill(addr & !(page - 1), page) {
         return false;
     }
     TABLE.mark_revoked(slot);

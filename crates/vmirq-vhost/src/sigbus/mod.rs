@@ -6,8 +6,8 @@
 //! the process and every other frontend's connection with it.
 //!
 //! Each connection registers its guest memory mappings ([`Registration`]) in a process-wide,
-//! lock-free table ([`table`]); a SIGBUS handler ([`handler`]) replaces a faulting page inside
-//! a registered mapping with a private zero page and marks the mapping revoked, so the access
+//! lock-free table ([`table`]); a SIGBUS handler ([`handler`]) replaces a registered mapping
+//! that faults with private zero memory and marks it revoked, so the access
 //! completes (reading zeros). The data path asks [`revoked_in`] before it completes a request
 //! and after each batch: a request that may have touched revoked memory is never completed,
 //! the device breaks its queues and drops the connection. A SIGBUS anywhere else goes to the
@@ -230,9 +230,13 @@ mod tests {
         assert_eq!(reg.revoked(), Some(want));
         assert_eq!(revoked_in(&mem), Some(want));
         assert!(revocations() > before);
-        // The page still backed by the file is untouched.
+        // The whole mapping is private zero memory now (the frontend's data is not seen).
         let first: u8 = mem.read_obj(GuestAddress(0x10_0000)).expect("read");
         assert_eq!(first, 0);
+        let again: u8 = mem
+            .read_obj(GuestAddress(0x10_0000 + (3 << 20)))
+            .expect("read");
+        assert_eq!(again, 0x5A, "private writes stay readable");
         drop(reg);
         assert_eq!(
             revoked_in(&mem),
