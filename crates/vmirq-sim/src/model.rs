@@ -71,6 +71,12 @@ pub struct ModelConfig {
     /// at no extra cost (the primitives include leaving the shallowest state).
     #[serde(default)]
     pub profile: Option<String>,
+    /// Override of the profile's indirect exit cost (`crate::era`), e.g. 0 to switch it off.
+    #[serde(default)]
+    pub exit_refill_ns: Option<u64>,
+    /// Override of the profile's EOI write exits (`crate::era`).
+    #[serde(default)]
+    pub eoi_exit: Option<bool>,
     /// Primitive cost overrides.
     #[serde(default)]
     pub costs: Costs,
@@ -160,6 +166,15 @@ impl ModelConfig {
             })?;
             core.idle_states = p.cstates;
             core.next_timer_ns = p.next_timer_ns;
+            let era = crate::era::era(name);
+            core.exit_refill_ns = era.exit_refill_ns;
+            core.eoi_exit = era.eoi_exit;
+        }
+        if let Some(ns) = self.exit_refill_ns {
+            core.exit_refill_ns = ns;
+        }
+        if let Some(on) = self.eoi_exit {
+            core.eoi_exit = on;
         }
         core.place_threads();
         core.stagger_slices = self.stagger_slices;

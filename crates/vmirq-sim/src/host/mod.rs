@@ -195,6 +195,11 @@ pub struct Core {
     pub idle_states: &'static [crate::profiles::CState],
     /// The governor's prediction cap (the host's next timer event).
     pub next_timer_ns: Nanos,
+    /// Indirect exit cost (`crate::era`): guest time to refill the workload's working set
+    /// when its code runs again after a world switch. 0: none.
+    pub exit_refill_ns: Nanos,
+    /// Guest EOI writes exit (`crate::era`; never with posted interrupts).
+    pub eoi_exit: bool,
 }
 
 /// Result alias of the host model.
@@ -223,6 +228,8 @@ impl Core {
             stagger_slices: false,
             idle_states: &[],
             next_timer_ns: 4_000_000,
+            exit_refill_ns: 0,
+            eoi_exit: false,
         }
     }
 

@@ -84,6 +84,9 @@ pub struct Vcpu {
     pub run_ns: Nanos,
     /// Of `run_ns`, the time per [`Tag::App`] tag.
     pub app_ns: std::collections::BTreeMap<u32, Nanos>,
+    /// A world switch happened since the workload's guest code last ran: its working set
+    /// has to be refilled (indirect exit cost, `crate::era`).
+    pub cold: bool,
 }
 
 impl Vcpu {
@@ -108,6 +111,7 @@ impl Vcpu {
             flush_on_entry: None,
             run_ns: 0,
             app_ns: std::collections::BTreeMap::new(),
+            cold: false,
         }
     }
 
@@ -144,6 +148,7 @@ impl Core {
             return Ok(());
         }
         if let Some(w) = self.vcpus[v].work.pop_front() {
+            let w = self.refill_first(v, w);
             return self.start(v, w);
         }
         if self.vcpus[v].in_idle {
@@ -169,6 +174,26 @@ impl Core {
         self.dispatch(v)
     }
 
+    /// Indirect exit cost: the workload's guest code that runs first after a world switch
+    /// refills the caches and TLB it lost to the hypervisor (once, however many exits came
+    /// in between). Returns the refill item to run first (the work goes back in front), or
+    /// the work itself. Interrupt entries and handlers are not workload code.
+    fn refill_first(&mut self, v: VcpuId, w: Work) -> Work {
+        let app = w.cat == Cat::Guest && matches!(w.tag, Tag::App(_));
+        if !app || !self.vcpus[v].cold || self.exit_refill_ns == 0 {
+            return w;
+        }
+        self.vcpus[v].cold = false;
+        self.vcpus[v].work.push_front(w);
+        self.metrics.count("exit_refills");
+        self.metrics.add("exit_refill_ns", self.exit_refill_ns);
+        Work {
+            ns: self.exit_refill_ns,
+            cat: Cat::Guest,
+            tag: Tag::Plain,
+        }
+    }
+
     fn start(&mut self, v: VcpuId, work: Work) -> Result<()> {
         let now = self.now();
         let p = self.vcpus[v].pcpu;
@@ -189,6 +214,9 @@ impl Core {
         };
         let spent = self.now().saturating_sub(cur.started);
         self.account(v, cur.work, spent);
+        if cur.work.cat == Cat::Exit && !self.bare() {
+            self.vcpus[v].cold = true;
+        }
         match cur.work.tag {
             Tag::Plain => Ok(None),
             Tag::App(t) => Ok(Some(Hook::App(v, t))),
@@ -202,6 +230,7 @@ impl Core {
             }
             Tag::IrqEntry(irq) => {
                 self.leave_idle(v);
+                self.eoi(v);
                 Ok(Some(Hook::Irq(v, irq)))
             }
             Tag::IdleEntered => {
@@ -213,6 +242,21 @@ impl Core {
                 Ok(None)
             }
         }
+    }
+
+    /// The handler acknowledges the interrupt (Linux acks edge-triggered MSIs and IPIs at
+    /// handler entry): without posted interrupts or PV EOI the x2APIC EOI MSR write exits
+    /// (`crate::era`), before anything else the vCPU does.
+    fn eoi(&mut self, v: VcpuId) {
+        if !self.eoi_exit || self.bare() || self.vcpus[v].guest.posted_interrupts {
+            return;
+        }
+        self.metrics.count("exits_eoi");
+        self.vcpus[v].work.push_front(Work {
+            ns: self.costs.exit_roundtrip_ns + self.costs.wrmsr_exit_ns,
+            cat: Cat::Exit,
+            tag: Tag::Plain,
+        });
     }
 
     /// The guest leaves its idle loop: restart the tick (timer writes) before other work.
