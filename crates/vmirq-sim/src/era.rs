@@ -67,7 +67,8 @@ pub const ERAS: &[Era] = &[
         profile: "haswell",
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: false,
-        about: "refill as sandybridge-2015 (an extrapolation); Haswell-EP has APICv: no EOI exit",
+        about: "refill as sandybridge-2015 (an extrapolation); no EOI exit: Haswell-EP has \
+                APICv (first shipped with Ivy Bridge-EP; from memory, not in the references)",
     },
 ];
 
