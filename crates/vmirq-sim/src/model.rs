@@ -77,6 +77,12 @@ pub struct ModelConfig {
     /// Override of the profile's EOI write exits (`crate::era`).
     #[serde(default)]
     pub eoi_exit: Option<bool>,
+    /// Host kernel preemption model: `"voluntary"` (default: `CONFIG_PREEMPT_VOLUNTARY`, what
+    /// distribution kernels ship; a vCPU thread inside an exit is preempted only at KVM's
+    /// `need_resched()` check before the next VM entry) or `"full"` (`CONFIG_PREEMPT`:
+    /// preempted anywhere, the model before 2026-11-25).
+    #[serde(default = "default_host_preempt")]
+    pub host_preempt: String,
     /// Primitive cost overrides.
     #[serde(default)]
     pub costs: Costs,
@@ -92,6 +98,9 @@ fn default_moderation() -> String {
 }
 fn default_off() -> String {
     "off".into()
+}
+fn default_host_preempt() -> String {
+    "voluntary".into()
 }
 fn default_max_events() -> u64 {
     50_000_000
@@ -176,6 +185,15 @@ impl ModelConfig {
         if let Some(on) = self.eoi_exit {
             core.eoi_exit = on;
         }
+        core.host_preempt_full = match self.host_preempt.as_str() {
+            "voluntary" => false,
+            "full" => true,
+            other => {
+                return Err(ConfigError::Range(format!(
+                    "host_preempt must be \"voluntary\" or \"full\", got {other:?}"
+                )))
+            }
+        };
         core.place_threads();
         core.stagger_slices = self.stagger_slices;
         Ok(core)

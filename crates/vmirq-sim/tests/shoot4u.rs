@@ -142,6 +142,25 @@ fn shootdown_latency_1vm_vs_2vm() {
 }
 
 #[test]
+fn a_voluntary_preemption_host_never_preempts_inside_the_shoot4u_hypercall() {
+    // The default host (CONFIG_PREEMPT_VOLUNTARY) defers a timeslice end that finds a vCPU
+    // thread inside an exit (e.g. the Shoot4U hypercall waiting for its synchronous IPIs)
+    // to the next VM entry; a fully preemptible host (`host_preempt = "full"`) never defers.
+    let w = "workload.work_us=20000";
+    let vol = run_scenario("shoot4u_tlb", &[w]);
+    let full = run_scenario("shoot4u_tlb", &[w, "host_preempt=\"full\""]);
+    let deferred = |r: &vmirq_sim::report::Report| {
+        r.runs
+            .get("2vm-shoot4u")
+            .and_then(|run| run.values.get("preemptions_deferred").copied())
+            .unwrap_or(0.0)
+    };
+    assert!(deferred(&vol) > 0.0, "no deferred preemption");
+    assert!(deferred(&full) == 0.0, "a fully preemptible host deferred");
+    assert!(value(&vol, "1vm-shoot4u", "tlb_shootdown_ns.max") < 100_000.0);
+}
+
+#[test]
 fn parsec_normalized_execution_time_with_a_colocated_vm() {
     let r = run_scenario("shoot4u_parsec", &["workload.work_us=30000"]);
     for (label, run) in &r.runs {

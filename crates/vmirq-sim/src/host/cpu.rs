@@ -7,6 +7,7 @@ use super::{Cat, Core, Ev, PcpuId, Result, Run, VcpuId};
 impl Core {
     /// The vCPU thread blocks: give the pCPU to the next runnable thread, or idle.
     pub(super) fn block(&mut self, v: VcpuId) -> Result<()> {
+        self.vcpus[v].resched = false; // schedule() is the preemption point
         self.vcpus[v].run = Run::Blocked;
         self.metrics.count("thread_blocks");
         let p = self.vcpus[v].pcpu;
@@ -77,6 +78,9 @@ impl Core {
                     self.metrics.count("host_poll_yields");
                     self.block(c)
                 } else if self.vcpus[c].run == Run::OnCpu {
+                    if self.defer_preemption(c) {
+                        return Ok(());
+                    }
                     // Wakeup preemption: a thread that slept has little CPU time on its
                     // account (CFS vruntime), so it preempts the running one at once.
                     self.preempt_thread(c);
@@ -100,8 +104,46 @@ impl Core {
         if self.pcpus[p].runq.is_empty() || self.vcpus[c].run != Run::OnCpu {
             return self.arm_slice(p);
         }
+        if self.defer_preemption(c) {
+            return Ok(());
+        }
         self.preempt_thread(c);
         self.pcpus[p].runq.push_back(c);
+        self.pcpus[p].current = None;
+        self.metrics.count("preemptions");
+        self.switch_next(p)
+    }
+
+    /// With a non-preemptible host kernel (`host_preempt = "voluntary"`, the distribution
+    /// default), a vCPU thread inside an exit (host kernel code: exit handling, a hypercall
+    /// such as Shoot4U's, which waits for its synchronous IPIs without a preemption point)
+    /// is not preempted at once: `need_resched` is set and it leaves at KVM's check before
+    /// the next VM entry ([`Core::preemption_point`]). Returns whether it was deferred.
+    fn defer_preemption(&mut self, c: VcpuId) -> bool {
+        if self.host_preempt_full || self.bare() {
+            return false;
+        }
+        let in_exit = self.vcpus[c]
+            .cur
+            .as_ref()
+            .is_some_and(|cur| cur.work.cat == super::Cat::Exit);
+        if in_exit && !self.vcpus[c].resched {
+            self.vcpus[c].resched = true;
+            self.metrics.count("preemptions_deferred");
+        }
+        in_exit
+    }
+
+    /// `v` reached the end of its exit with `need_resched` set: it schedules out now if
+    /// another thread still waits for its pCPU.
+    pub(super) fn preemption_point(&mut self, v: VcpuId) -> Result<()> {
+        self.vcpus[v].resched = false;
+        let p = self.vcpus[v].pcpu;
+        if self.pcpus[p].runq.is_empty() {
+            return self.dispatch(v);
+        }
+        self.preempt_thread(v);
+        self.pcpus[p].runq.push_back(v);
         self.pcpus[p].current = None;
         self.metrics.count("preemptions");
         self.switch_next(p)

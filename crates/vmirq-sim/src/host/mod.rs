@@ -200,6 +200,10 @@ pub struct Core {
     pub exit_refill_ns: Nanos,
     /// Guest EOI writes exit (`crate::era`; never with posted interrupts).
     pub eoi_exit: bool,
+    /// A fully preemptible host kernel (`CONFIG_PREEMPT`): a vCPU thread is preempted even
+    /// inside an exit. False (the default): `CONFIG_PREEMPT_VOLUNTARY`, preemption waits for
+    /// the end of the exit.
+    pub host_preempt_full: bool,
 }
 
 /// Result alias of the host model.
@@ -230,6 +234,7 @@ impl Core {
             next_timer_ns: 4_000_000,
             exit_refill_ns: 0,
             eoi_exit: false,
+            host_preempt_full: false,
         }
     }
 

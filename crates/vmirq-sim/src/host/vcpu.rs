@@ -87,6 +87,10 @@ pub struct Vcpu {
     /// A world switch happened since the workload's guest code last ran: its working set
     /// has to be refilled (indirect exit cost, `crate::era`).
     pub cold: bool,
+    /// The host scheduler wants this thread off its pCPU (`need_resched`) but it is in the
+    /// middle of an exit: with a non-preemptible host kernel it leaves at the next
+    /// preemption point, KVM's `need_resched()` check before re-entering the guest.
+    pub resched: bool,
 }
 
 impl Vcpu {
@@ -112,6 +116,7 @@ impl Vcpu {
             run_ns: 0,
             app_ns: std::collections::BTreeMap::new(),
             cold: false,
+            resched: false,
         }
     }
 
@@ -146,6 +151,14 @@ impl Core {
         let vc = &self.vcpus[v];
         if vc.run != Run::OnCpu || vc.cur.is_some() || vc.idle != Idle::Busy {
             return Ok(());
+        }
+        if self.vcpus[v].resched
+            && self.vcpus[v]
+                .work
+                .front()
+                .is_none_or(|w| w.cat != Cat::Exit)
+        {
+            return self.preemption_point(v);
         }
         if let Some(w) = self.vcpus[v].work.pop_front() {
             let w = self.refill_first(v, w);
