@@ -115,9 +115,9 @@ impl Core {
     }
 
     /// With a non-preemptible host kernel (`host_preempt = "voluntary"`, the distribution
-    /// default), a vCPU thread inside an exit (host kernel code: exit handling, a hypercall
-    /// such as Shoot4U's, which waits for its synchronous IPIs without a preemption point)
-    /// is not preempted at once: `need_resched` is set and it leaves at KVM's check before
+    /// default), a vCPU thread inside an exit or a host interrupt handler (host kernel code:
+    /// exit handling, a hypercall such as Shoot4U's, which waits for its synchronous IPIs
+    /// without a preemption point) is not preempted at once: `need_resched` is set and it leaves at KVM's check before
     /// the next VM entry ([`Core::preemption_point`]). Returns whether it was deferred.
     fn defer_preemption(&mut self, c: VcpuId) -> bool {
         if self.host_preempt_full || self.bare() {
@@ -126,7 +126,7 @@ impl Core {
         let in_exit = self.vcpus[c]
             .cur
             .as_ref()
-            .is_some_and(|cur| cur.work.cat == super::Cat::Exit);
+            .is_some_and(|cur| cur.work.cat.in_host_kernel());
         if in_exit && !self.vcpus[c].resched {
             self.vcpus[c].resched = true;
             self.metrics.count("preemptions_deferred");

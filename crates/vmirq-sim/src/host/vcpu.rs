@@ -156,7 +156,7 @@ impl Core {
             && self.vcpus[v]
                 .work
                 .front()
-                .is_none_or(|w| w.cat != Cat::Exit)
+                .is_none_or(|w| !w.cat.in_host_kernel())
         {
             return self.preemption_point(v);
         }
