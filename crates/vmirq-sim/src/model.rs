@@ -83,6 +83,13 @@ pub struct ModelConfig {
     /// preempted anywhere, the model before 2026-11-25).
     #[serde(default = "default_host_preempt")]
     pub host_preempt: String,
+    /// Host scheduler wakeups: `"cfs"` (default: a woken thread is placed at most
+    /// `sleeper_credit_ns` behind the pCPU's min_vruntime and preempts the running thread
+    /// only if it is more than `wakeup_granularity_ns` behind it; otherwise the running
+    /// thread keeps the CPU until its slice or the next tick after it) or `"rr"` (every
+    /// wakeup preempts at once, the model before 2026-11-25).
+    #[serde(default = "default_host_sched")]
+    pub host_sched: String,
     /// Primitive cost overrides.
     #[serde(default)]
     pub costs: Costs,
@@ -98,6 +105,9 @@ fn default_moderation() -> String {
 }
 fn default_off() -> String {
     "off".into()
+}
+fn default_host_sched() -> String {
+    "cfs".into()
 }
 fn default_host_preempt() -> String {
     "voluntary".into()
@@ -191,6 +201,15 @@ impl ModelConfig {
             other => {
                 return Err(ConfigError::Range(format!(
                     "host_preempt must be \"voluntary\" or \"full\", got {other:?}"
+                )))
+            }
+        };
+        core.host_sched_cfs = match self.host_sched.as_str() {
+            "cfs" => true,
+            "rr" => false,
+            other => {
+                return Err(ConfigError::Range(format!(
+                    "host_sched must be \"cfs\" or \"rr\", got {other:?}"
                 )))
             }
         };

@@ -153,6 +153,10 @@ pub struct Pcpu {
     pub slice: Timer,
     /// Idle-state governor (host C-states, `crate::profiles`).
     pub gov: crate::profiles::Governor,
+    /// When the current thread got the CPU (CFS `exec_start` of its pick).
+    pub picked: Nanos,
+    /// CFS `min_vruntime` of this pCPU's run queue (monotonic).
+    pub min_vruntime: Nanos,
 }
 
 /// Whether the machine is virtualized.
@@ -204,6 +208,9 @@ pub struct Core {
     /// inside an exit. False (the default): `CONFIG_PREEMPT_VOLUNTARY`, preemption waits for
     /// the end of the exit.
     pub host_preempt_full: bool,
+    /// CFS-like wakeup placement and preemption (`host_sched = "cfs"`, the default); false:
+    /// every wakeup preempts the running thread at once (the model before 2026-11-25).
+    pub host_sched_cfs: bool,
 }
 
 /// Result alias of the host model.
@@ -235,6 +242,7 @@ impl Core {
             exit_refill_ns: 0,
             eoi_exit: false,
             host_preempt_full: false,
+            host_sched_cfs: false,
         }
     }
 

@@ -91,6 +91,8 @@ pub struct Vcpu {
     /// middle of an exit: with a non-preemptible host kernel it leaves at the next
     /// preemption point, KVM's `need_resched()` check before re-entering the guest.
     pub resched: bool,
+    /// Added to `run_ns` to give the thread's CFS vruntime (sleeper placement raises it).
+    pub vruntime_offset: Nanos,
 }
 
 impl Vcpu {
@@ -117,6 +119,7 @@ impl Vcpu {
             app_ns: std::collections::BTreeMap::new(),
             cold: false,
             resched: false,
+            vruntime_offset: 0,
         }
     }
 
