@@ -6,4 +6,5 @@
 //! (VIRTIO_NET_F_NOTF_COAL / VQ_NOTF_COAL) and a hypervisor-side DIM control loop able to
 //! program them.
 
+pub mod classify;
 pub mod ctrl;

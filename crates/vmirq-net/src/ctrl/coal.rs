@@ -17,6 +17,8 @@
 //! everything to 0. Values above [`MAX_USECS`] / [`MAX_PACKETS`] are refused with
 //! VIRTIO_NET_ERR (the spec requires a VQ_SET the device cannot apply to fail).
 
+use vmirq_policy::moderation::{CountConfig, TimerStart};
+
 use super::wire::{le16, le32};
 use super::Reject;
 
@@ -54,6 +56,17 @@ impl Coal {
             max_packets,
             max_usecs,
         })
+    }
+
+    /// The `count` policy these values program (virtio and `count` agree that either field
+    /// 0 means "notify every packet"). The timer counts from the first held packet.
+    #[must_use]
+    pub fn count_config(self) -> CountConfig {
+        CountConfig {
+            usecs: self.max_usecs,
+            frames: self.max_packets,
+            timer: TimerStart::FirstCompletion,
+        }
     }
 
     /// The 8-byte wire form.
@@ -184,6 +197,10 @@ mod tests {
             max_usecs: MAX_USECS,
         };
         assert_eq!(Coal::parse(&edge.to_bytes()), Ok(edge));
+        assert_eq!(
+            (edge.count_config().frames, edge.count_config().usecs),
+            (MAX_PACKETS, MAX_USECS)
+        );
     }
 
     #[test]

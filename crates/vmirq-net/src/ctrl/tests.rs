@@ -444,7 +444,7 @@ mod properties {
             features in any::<u64>(),
             pairs in 0u16..5,
         ) {
-            let mut c = Ctrl::new(features | ALL * u64::from(pairs % 2), pairs);
+            let mut c = Ctrl::new(features | (ALL * u64::from(pairs % 2)), pairs);
             for (readable, wlen) in cmds {
                 let before = c.clone();
                 let mut w = vec![0xAAu8; wlen];
