@@ -9,8 +9,9 @@
 //! info.payload_bytes                   // TCP/UDP payload (0 for other frames)
 //! info.completion_meta()               // vmirq_policy CompletionMeta for the RX completion:
 //!                                      // bytes = frame length, ACK_ONLY flag if ack-only
-//! let mut burst = Burst::default();    // per-burst accumulator (reset at each notification)
-//! burst.add(&info); burst.packets / burst.bytes / burst.ack_only;
+//! let mut burst = Burst::default();    // per-burst accumulator (vmirq-policy's BurstStats,
+//! burst.add(&info.completion_meta());  // the same one dim-lat's filter keeps)
+//! burst.packets / burst.bytes / burst.ack_only;
 //! burst.bytes_per_packet(); burst.ack_only_pct();
 //! ```
 //!
@@ -229,45 +230,9 @@ fn transport(proto: u8, seg: &[u8]) -> (Transport, u32) {
     }
 }
 
-/// Counts over a burst of frames (the frames of one notification batch).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Burst {
-    /// Frames.
-    pub packets: u32,
-    /// Frame bytes.
-    pub bytes: u64,
-    /// TCP ACK-only frames.
-    pub ack_only: u32,
-}
-
-impl Burst {
-    /// Count one frame.
-    pub fn add(&mut self, info: &FrameInfo) {
-        self.packets = self.packets.saturating_add(1);
-        self.bytes = self.bytes.saturating_add(u64::from(info.frame_bytes));
-        if info.ack_only() {
-            self.ack_only = self.ack_only.saturating_add(1);
-        }
-    }
-
-    /// Mean frame bytes per packet (0 for an empty burst).
-    #[must_use]
-    pub fn bytes_per_packet(&self) -> u64 {
-        self.bytes.checked_div(u64::from(self.packets)).unwrap_or(0)
-    }
-
-    /// Share of ACK-only frames in percent, rounded down (0 for an empty burst).
-    #[must_use]
-    pub fn ack_only_pct(&self) -> u32 {
-        let pct = (u64::from(self.ack_only) * 100).checked_div(u64::from(self.packets));
-        u32::try_from(pct.unwrap_or(0)).unwrap_or(100)
-    }
-
-    /// Start a new burst.
-    pub fn reset(&mut self) {
-        *self = Self::default();
-    }
-}
+/// Counts over a burst of frames: vmirq-policy's accumulator, the one `dim-lat` decides on
+/// (`burst.add(&info.completion_meta())`).
+pub use vmirq_policy::moderation::BurstStats as Burst;
 
 #[cfg(test)]
 mod tests;

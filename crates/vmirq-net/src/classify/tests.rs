@@ -180,9 +180,9 @@ fn burst_accumulates_packets_bytes_and_acks() {
     let ack = classify(&build(&tcp_ack(0)));
     let data = classify(&build(&tcp_ack(1448)));
     for _ in 0..3 {
-        b.add(&ack);
+        b.add(&ack.completion_meta());
     }
-    b.add(&data);
+    b.add(&data.completion_meta());
     assert_eq!((b.packets, b.ack_only), (4, 3));
     assert_eq!(
         b.bytes,
