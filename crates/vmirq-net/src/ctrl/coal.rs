@@ -90,6 +90,18 @@ pub enum CoalTarget {
     Queue(u16),
 }
 
+impl CoalTarget {
+    /// Whether this target includes virtqueue `vq` (RX queues are even, TX queues odd).
+    #[must_use]
+    pub fn covers(self, vq: u16) -> bool {
+        match self {
+            CoalTarget::AllRx => vq % 2 == 0,
+            CoalTarget::AllTx => vq % 2 == 1,
+            CoalTarget::Queue(q) => q == vq,
+        }
+    }
+}
+
 /// The coalescing values in force for every RX/TX queue of a device, fixed-size from creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CoalTable {
@@ -124,22 +136,13 @@ impl CoalTable {
     /// Record `coal` for `target` (last writer wins).
     pub fn set(&mut self, target: CoalTarget, coal: Coal) {
         match target {
-            CoalTarget::AllRx => {
-                self.all_rx = coal;
-                self.per_vq.iter_mut().step_by(2).for_each(|c| *c = coal);
-            }
-            CoalTarget::AllTx => {
-                self.all_tx = coal;
-                self.per_vq
-                    .iter_mut()
-                    .skip(1)
-                    .step_by(2)
-                    .for_each(|c| *c = coal);
-            }
-            CoalTarget::Queue(vq) => {
-                if let Some(c) = self.per_vq.get_mut(usize::from(vq)) {
-                    *c = coal;
-                }
+            CoalTarget::AllRx => self.all_rx = coal,
+            CoalTarget::AllTx => self.all_tx = coal,
+            CoalTarget::Queue(_) => {}
+        }
+        for (vq, c) in (0..=u16::MAX).zip(self.per_vq.iter_mut()) {
+            if target.covers(vq) {
+                *c = coal;
             }
         }
     }

@@ -10,9 +10,9 @@
 //!     Ok(reply) => {
 //!         // reply.used_len bytes of `writable` were written (result, then the ack byte);
 //!         // reply.ack is VIRTIO_NET_OK or VIRTIO_NET_ERR; on OK apply reply.outcome's Action:
-//!         //   Action::Coalesce { target, coal }  -> each queue of `target` gets vmirq-policy's
-//!         //       `count` with frames = coal.max_packets, usecs = coal.max_usecs
-//!         //       (either 0: notify every packet), re-evaluated at once;
+//!         //   Action::Coalesce { target, coal }  -> each queue vq with target.covers(vq) gets
+//!         //       vmirq-policy's `count` with coal.count_config() (frames = max_packets,
+//!         //       usecs = max_usecs; either 0: notify every packet), re-evaluated at once;
 //!         //   Action::QueuePairs(n), Action::MacAddr(mac), Action::MacTable {..},
 //!         //   Action::RxMode {..}, Action::AnnounceAck: device state to apply;
 //!         //   Action::CoalReport {..}: VQ_GET answered, nothing to apply.

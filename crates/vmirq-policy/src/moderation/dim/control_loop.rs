@@ -14,7 +14,15 @@
 //! host interrupts per second per device at 10 ms), counted by [`DimLoop::wakeups`].
 //!
 //! [`DimLoop`] is the bare controller for a data path that owns a periodic timer and real
-//! counters. [`DimLoopQueue`] puts the controller and the device's `count` policy into one
+//! counters:
+//! ```text
+//! let mut l = DimLoop::new(DimLoopConfig::default(), now);   // period_ms = 10
+//! program(queue, l.profile());                                // count: net_dim's default
+//! // whenever now >= l.next_wakeup() (a timerfd armed at it):
+//! let c = QueueCounters { packets, bytes, interrupts };       // free-running, this queue
+//! if let Some(cfg) = l.on_period(now, c) { program(queue, cfg) }   // count's reconfigure
+//! l.wakeups()                                                  // the loop's own cost
+//! ``` [`DimLoopQueue`] puts the controller and the device's `count` policy into one
 //! [`Moderator`] (counting notifications as the device's interrupts) for callers that run
 //! any policy by name, such as the simulator and the block backend.
 
