@@ -218,7 +218,7 @@ impl Ctrl {
     }
 
     /// The device programmed `coal` on `vq` itself (a CLI default, the DIM control loop), so
-    /// that VQ_GET answers what is in force.
+    /// that VQ_GET answers what is in force. An index that names no RX/TX queue is ignored.
     pub fn note_applied(&mut self, vq: u16, coal: Coal) {
         self.coal.set(CoalTarget::Queue(vq), coal);
     }
@@ -228,7 +228,8 @@ impl Ctrl {
         self.coal.queue_reset(vq)
     }
 
-    /// Device reset.
+    /// Device reset: everything back to its initial state under the same features (a driver
+    /// that negotiates other features afterwards gets a new [`Ctrl::new`]).
     pub fn reset(&mut self) {
         *self = Self::new(self.features, self.max_pairs);
     }
