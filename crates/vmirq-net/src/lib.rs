@@ -5,3 +5,6 @@
 //! and kick waits follow a `vmirq_policy` policy, with the guest's own `ethtool -C`
 //! (VIRTIO_NET_F_NOTF_COAL / VQ_NOTF_COAL) and a hypervisor-side DIM control loop able to
 //! program them.
+
+pub mod classify;
+pub mod ctrl;
