@@ -1,13 +1,17 @@
 //! The fixed-capacity, lock-free table of guest memory mappings the SIGBUS handler may
 //! repair: written by the control path (register, unregister), read by the signal handler
-//! with atomic loads only (no allocation, no lock).
+//! with atomic operations only (no allocation, no lock).
 //!
-//! A slot goes `FREE -> BUSY` (claimed by a writer with a compare-exchange), gets its fields,
-//! then `BUSY -> LIVE` with a release store; unregistering goes `LIVE -> BUSY -> FREE`. A
-//! reader uses a slot only when it loads `LIVE` (acquire) before and the same generation
-//! after reading the fields, so it never acts on a half-written slot.
+//! Each slot has one state word: `FREE`, `BUSY` or `LIVE`, a `REVOKED` bit and a generation
+//! (bumped at every registration). A slot goes `FREE -> BUSY` (claimed by a writer with a
+//! compare-exchange), gets its fields, then `BUSY -> LIVE` with a release store;
+//! unregistering goes `LIVE -> BUSY -> FREE`. A reader uses a slot only when it loads `LIVE`
+//! (acquire) before and the same word (but for `REVOKED`) after reading the fields, so it
+//! never acts on a half-written slot. Marking a slot revoked is a compare-exchange on the
+//! word it was found with, so a slot unregistered (and maybe reused) meanwhile is never
+//! marked.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Guest memory mappings registered at once in the whole process (every connection's
 /// regions; vhost-user allows 509 memory slots per device, frontends use a few).
@@ -16,11 +20,16 @@ pub const CAPACITY: usize = 512;
 const FREE: u64 = 0;
 const BUSY: u64 = 1;
 const LIVE: u64 = 2;
+/// Low bits of the state word: `FREE`, `BUSY` or `LIVE`.
+const KIND: u64 = 3;
+/// The frontend took (part of) the memory away: an access raised SIGBUS.
+const REVOKED: u64 = 4;
+/// The generation starts at this bit.
+const GEN_SHIFT: u32 = 3;
 
 /// One registered mapping.
 struct Slot {
-    /// `FREE`, `BUSY` or `LIVE` in the low 2 bits, a generation above them (bumped at every
-    /// registration, so a reader can tell the slot was reused while it read).
+    /// Kind, `REVOKED` and generation (see the module documentation).
     state: AtomicU64,
     /// Host address of the mapping.
     start: AtomicUsize,
@@ -28,8 +37,6 @@ struct Slot {
     len: AtomicUsize,
     /// Guest physical address of the region (for the log line).
     guest_addr: AtomicU64,
-    /// The frontend took (part of) the memory away: an access raised SIGBUS.
-    revoked: AtomicBool,
 }
 
 impl Slot {
@@ -39,15 +46,14 @@ impl Slot {
             start: AtomicUsize::new(0),
             len: AtomicUsize::new(0),
             guest_addr: AtomicU64::new(0),
-            revoked: AtomicBool::new(false),
         }
     }
 }
 
-/// The slots of [`Table`]: a `static` holds them, so `new` is `const`.
+/// The slots, and the counts the data path reads: a `static` holds them, so `new` is `const`.
 pub struct Table {
     slots: [Slot; CAPACITY],
-    /// Live slots whose `revoked` flag is set (the data path's fast check).
+    /// Live slots marked `REVOKED` (the data path's fast check).
     revoked_live: AtomicUsize,
     /// Revocations recorded since the process started.
     revocations: AtomicU64,
@@ -64,9 +70,14 @@ pub struct Mapping {
     pub guest_addr: u64,
 }
 
-/// A slot handed out by [`Table::insert`] (its index).
+/// One registration of a slot, as [`Table::insert`] hands it out or [`Table::find`] finds
+/// it: the slot's index and its live state word without `REVOKED` (so it names this
+/// registration, not whatever reuses the slot later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotId(usize);
+pub struct SlotId {
+    index: usize,
+    live: u64,
+}
 
 impl Default for Table {
     fn default() -> Self {
@@ -89,15 +100,14 @@ impl Table {
 
     /// Register `m`; `None` when every slot is taken.
     pub fn insert(&self, m: Mapping) -> Option<SlotId> {
-        for (i, s) in self.slots.iter().enumerate() {
+        for (index, s) in self.slots.iter().enumerate() {
             let cur = s.state.load(Ordering::Relaxed);
-            if cur & 3 != FREE {
+            if cur & KIND != FREE {
                 continue;
             }
-            let generation = (cur >> 2).wrapping_add(1);
-            let busy = (generation << 2) | BUSY;
+            let generation = (cur >> GEN_SHIFT).wrapping_add(1) << GEN_SHIFT;
             if s.state
-                .compare_exchange(cur, busy, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(cur, generation | BUSY, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
             {
                 continue;
@@ -105,36 +115,48 @@ impl Table {
             s.start.store(m.start, Ordering::Relaxed);
             s.len.store(m.len, Ordering::Relaxed);
             s.guest_addr.store(m.guest_addr, Ordering::Relaxed);
-            s.revoked.store(false, Ordering::Relaxed);
-            s.state.store((generation << 2) | LIVE, Ordering::Release);
-            return Some(SlotId(i));
+            let live = generation | LIVE;
+            s.state.store(live, Ordering::Release);
+            return Some(SlotId { index, live });
         }
         None
     }
 
     /// Unregister `id` (from [`Table::insert`]); the handler no longer acts on its range once
-    /// this returns.
+    /// this returns. Removing a registration twice does nothing.
     pub fn remove(&self, id: SlotId) {
-        let Some(s) = self.slots.get(id.0) else {
+        let Some(s) = self.slots.get(id.index) else {
             return;
         };
-        let cur = s.state.load(Ordering::Relaxed);
-        if cur & 3 != LIVE {
-            return;
+        let generation = id.live & !KIND;
+        let mut cur = s.state.load(Ordering::Relaxed);
+        loop {
+            if cur & !REVOKED != id.live {
+                return; // not this registration any more
+            }
+            // The handler may set REVOKED at any moment: compare-exchange.
+            match s.state.compare_exchange_weak(
+                cur,
+                generation | BUSY,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
         }
-        s.state.store((cur & !3) | BUSY, Ordering::SeqCst);
-        if s.revoked.swap(false, Ordering::SeqCst) {
+        if cur & REVOKED != 0 {
             self.revoked_live.fetch_sub(1, Ordering::SeqCst);
         }
-        s.state.store(cur & !3, Ordering::Release);
+        s.state.store(generation | FREE, Ordering::Release);
     }
 
-    /// The live mapping that contains host address `addr`, with its slot. Async-signal-safe:
-    /// atomic loads only.
+    /// The live mapping that contains host address `addr`, with its registration.
+    /// Async-signal-safe: atomic loads only.
     pub fn find(&self, addr: usize) -> Option<(SlotId, Mapping)> {
-        for (i, s) in self.slots.iter().enumerate() {
+        for (index, s) in self.slots.iter().enumerate() {
             let before = s.state.load(Ordering::Acquire);
-            if before & 3 != LIVE {
+            if before & KIND != LIVE {
                 continue;
             }
             let m = Mapping {
@@ -143,37 +165,49 @@ impl Table {
                 guest_addr: s.guest_addr.load(Ordering::Relaxed),
             };
             std::sync::atomic::fence(Ordering::Acquire);
-            if s.state.load(Ordering::Relaxed) != before {
+            let live = before & !REVOKED;
+            if s.state.load(Ordering::Relaxed) & !REVOKED != live {
                 continue; // unregistered or reused while read
             }
             if addr >= m.start && addr - m.start < m.len {
-                return Some((SlotId(i), m));
+                return Some((SlotId { index, live }, m));
             }
         }
         None
     }
 
-    /// Record that `id`'s memory was revoked (the handler, after repairing a page).
-    /// Async-signal-safe: atomic operations only.
+    /// Record that `id`'s memory was revoked (the handler, after repairing the mapping); a
+    /// registration removed since it was found is left alone. Async-signal-safe: atomic
+    /// operations only.
     pub fn mark_revoked(&self, id: SlotId) {
-        let Some(s) = self.slots.get(id.0) else {
+        let Some(s) = self.slots.get(id.index) else {
             return;
         };
-        if !s.revoked.swap(true, Ordering::SeqCst) {
+        if s.state
+            .compare_exchange(
+                id.live,
+                id.live | REVOKED,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
             self.revoked_live.fetch_add(1, Ordering::SeqCst);
             self.revocations.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// Whether `id` is revoked.
+    /// Whether registration `id` is revoked.
     #[must_use]
     pub fn is_revoked(&self, id: SlotId) -> bool {
         self.slots
-            .get(id.0)
-            .is_some_and(|s| s.revoked.load(Ordering::SeqCst))
+            .get(id.index)
+            .is_some_and(|s| s.state.load(Ordering::SeqCst) == id.live | REVOKED)
     }
 
-    /// Whether any live mapping is revoked (one atomic load: the data path's fast check).
+    /// Whether any live mapping is revoked (one atomic load: the data path's fast check). A
+    /// removal can decrement the count just before the handler's matching increment lands;
+    /// that only sends a caller down the exact check for a moment.
     #[must_use]
     pub fn any_revoked(&self) -> bool {
         self.revoked_live.load(Ordering::SeqCst) != 0
@@ -221,17 +255,29 @@ mod tests {
         let t = Table::new();
         let a = t.insert(m(0x10000, 0x4000)).expect("slot");
         assert!(!t.any_revoked());
-        t.mark_revoked(a);
+        // Found again while revoked (a second thread faulting on the same mapping), and
+        // marked through the id it was found with.
+        let (found, _) = t.find(0x12000).expect("still found while revoked");
+        assert_eq!(found, a);
+        t.mark_revoked(found);
         t.mark_revoked(a);
         assert!(t.is_revoked(a));
+        assert_eq!(t.find(0x12000).map(|x| x.0), Some(a));
         assert!(t.any_revoked());
         assert_eq!(t.revocations(), 1);
         t.remove(a);
         assert!(!t.any_revoked());
-        // The slot is reused with a clean flag.
+        // The slot is reused with a clean flag and a new generation: the old id names
+        // nothing any more (marking or removing it leaves the new registration alone).
         let again = t.insert(m(0x20000, 0x1000)).expect("slot");
-        assert_eq!(again, a);
+        assert_eq!(again.index, a.index);
+        assert_ne!(again, a);
         assert!(!t.is_revoked(again));
+        t.mark_revoked(a);
+        assert!(!t.is_revoked(again));
+        assert!(!t.any_revoked());
+        t.remove(a);
+        assert_eq!(t.find(0x20000).map(|x| x.0), Some(again));
         assert_eq!(t.revocations(), 1);
     }
 
@@ -243,9 +289,10 @@ mod tests {
             .collect();
         assert_eq!(t.insert(m(usize::MAX - 0x1000, 0x1000)), None);
         t.remove(ids[17]);
-        assert_eq!(t.insert(m(0x7000_0000, 0x1000)), Some(ids[17]));
+        let reused = t.insert(m(0x7000_0000, 0x1000)).expect("freed slot");
+        assert_eq!(reused.index, ids[17].index);
         assert_eq!(t.find(17 * 0x1000), None);
-        assert_eq!(t.find(0x7000_0000).map(|x| x.0), Some(ids[17]));
+        assert_eq!(t.find(0x7000_0000).map(|x| x.0), Some(reused));
     }
 
     #[test]
