@@ -673,6 +673,36 @@ fn a_frontend_that_truncates_its_memory_loses_only_its_connection(cfg: &Cfg) {
     srv.stop();
 }
 
+/// The frontend truncates region 0 right after SET_MEM_TABLE, then starts the rings: queue
+/// 1's rings lie past the first page, so vhost-user-backend's SET_VRING_ADDR handling and
+/// the engine read truncated memory (the README's old reproduction, but after the guard's
+/// file-size check). The backend survives, drops the connection and counts it; the next
+/// connection serves.
+fn memory_truncated_before_the_rings_start(cfg: &Cfg) {
+    let srv = server(cfg);
+    let s = owned(&srv);
+    s.set_mem_table().expect("memory");
+    let before = srv.handle.memory_revoked();
+    s.mem.truncate(0, 4096).expect("ftruncate");
+    // Acks may or may not come (the backend drops the connection as soon as it sees the
+    // revocation): the outcome is checked below.
+    let _ = s.start_vring(0);
+    let _ = s.start_vring(1);
+    let _ = s.kick(1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.handle.memory_revoked() == before {
+        assert!(Instant::now() < deadline, "revocation not detected");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        s.fe.closed_within(Duration::from_secs(5)),
+        "the connection of a frontend that truncated its memory was not dropped"
+    );
+    drop(s);
+    assert_fresh_connection_serves(&srv, 84);
+    srv.stop();
+}
+
 /// The kernel-side variant on an image file (io_uring storage): the read's header and
 /// status lie in region 1, only its buffer in region 0's truncated part, so no user-space
 /// access faults before the storage read. The kernel cannot copy into the truncated page
@@ -770,5 +800,6 @@ matrix!(
     a_new_connection_recovers_a_broken_queue,
     a_frontend_that_truncates_its_memory_loses_only_its_connection,
     a_storage_read_into_truncated_memory_is_never_ok,
+    memory_truncated_before_the_rings_start,
     indirect_descriptors_follow_the_acked_features,
 );
