@@ -6,5 +6,6 @@ pub mod kvm;
 pub mod netload;
 pub mod replay;
 pub mod serve;
+pub mod serve_net;
 pub mod sim;
 pub mod sim_sweep;

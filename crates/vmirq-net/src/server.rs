@@ -1,0 +1,332 @@
+//! The server: one vhost-user socket per port, each served by its own thread that accepts
+//! one frontend at a time. Each connection gets a fresh device (backend, daemon, worker
+//! thread); when the frontend goes away the port is detached from the fabric, the device is
+//! torn down (worker joined, fds closed, guest memory unmapped) and the next frontend is
+//! accepted on the same socket. Counters live in the fabric and survive reconnects.
+
+use crate::backend::{NetBackend, ATTACH_EVENT};
+use crate::counters::PortSnapshot;
+use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
+use crate::switch::{Switch, SwitchMode};
+use crate::virtio::{default_mac, Mac, NetConfig, S_LINK_UP};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use vhost::vhost_user::Listener;
+use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+
+/// How often an accept loop checks for a stop request, in milliseconds.
+const ACCEPT_POLL_MS: i32 = 100;
+
+/// Server errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration cannot work.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A socket could not be created.
+    #[error("cannot listen on {path}")]
+    Listen {
+        /// The socket.
+        path: PathBuf,
+        /// What vhost reported.
+        #[source]
+        source: vhost::vhost_user::Error,
+    },
+    /// The vhost-user daemon failed.
+    #[error("vhost-user device: {0}")]
+    Daemon(String),
+    /// A system call failed.
+    #[error("system call failed")]
+    Io(#[from] io::Error),
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, ServerError>;
+
+/// What to serve.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// One vhost-user socket per port, in port order.
+    pub sockets: Vec<PathBuf>,
+    /// MAC of each port (missing ones get [`default_mac`]).
+    pub macs: Vec<Mac>,
+    /// Switching mode.
+    pub switch: SwitchMode,
+    /// Largest queue size a frontend may choose.
+    pub queue_size: u16,
+}
+
+impl ServerConfig {
+    /// Two or more ports with default MACs, fixed pairs, queues up to 1024.
+    #[must_use]
+    pub fn new(sockets: Vec<PathBuf>) -> Self {
+        Self {
+            sockets,
+            macs: Vec::new(),
+            switch: SwitchMode::Pairs,
+            queue_size: 1024,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let n = self.sockets.len();
+        if !(2..=PORTS_MAX).contains(&n) {
+            return Err(ServerError::Config(format!(
+                "{n} sockets; a switch needs 2 to {PORTS_MAX}"
+            )));
+        }
+        if !self.queue_size.is_power_of_two() || self.queue_size > 32768 {
+            return Err(ServerError::Config(
+                "queue size must be a power of two up to 32768".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A handle to stop a running server and read its counters.
+#[derive(Clone)]
+pub struct ServerHandle {
+    stop: Arc<AtomicBool>,
+    current: Arc<Vec<Mutex<Option<ShutdownHandle>>>>,
+    fabric: Arc<Fabric>,
+    serving: Arc<Vec<AtomicBool>>,
+    connections: Arc<AtomicU64>,
+}
+
+impl ServerHandle {
+    /// Stop: every connection is closed and [`Server::run`] returns.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        for c in self.current.iter() {
+            if let Some(h) = c.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                h.shutdown();
+            }
+        }
+    }
+
+    /// Counters of every port.
+    #[must_use]
+    pub fn counters(&self) -> Vec<PortSnapshot> {
+        (0..self.fabric.ports())
+            .filter_map(|p| self.fabric.slot(p).map(|s| s.counters.snapshot()))
+            .collect()
+    }
+
+    /// Whether port `p` has a frontend right now (false again only after its connection
+    /// is fully torn down).
+    #[must_use]
+    pub fn serving(&self, p: usize) -> bool {
+        self.serving
+            .get(p)
+            .is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    /// Frontend connections accepted so far, all ports.
+    #[must_use]
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// The vhost-user-net switch.
+pub struct Server {
+    config: ServerConfig,
+    handle: ServerHandle,
+    listeners: Vec<Listener>,
+}
+
+impl Server {
+    /// Check the configuration and create every socket.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] or [`ServerError::Listen`].
+    pub fn new(config: ServerConfig) -> Result<Self> {
+        config.check()?;
+        let n = config.sockets.len();
+        let listeners = config
+            .sockets
+            .iter()
+            .map(|path| {
+                Listener::new(path, true).map_err(|source| ServerError::Listen {
+                    path: path.clone(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let fabric = Arc::new(Fabric::new(Switch::new(config.switch, n)));
+        let handle = ServerHandle {
+            stop: Arc::new(AtomicBool::new(false)),
+            current: Arc::new((0..n).map(|_| Mutex::new(None)).collect()),
+            fabric,
+            serving: Arc::new((0..n).map(|_| AtomicBool::new(false)).collect()),
+            connections: Arc::new(AtomicU64::new(0)),
+        };
+        Ok(Self {
+            config,
+            handle,
+            listeners,
+        })
+    }
+
+    /// A handle for stopping the server and reading counters.
+    #[must_use]
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// Serve every port until stopped.
+    ///
+    /// # Errors
+    /// The first port whose device cannot be set up (the others are stopped).
+    pub fn run(self) -> Result<()> {
+        let Self {
+            config,
+            handle,
+            listeners,
+        } = self;
+        tracing::info!(ports = listeners.len(), switch = ?config.switch, "serving");
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = listeners
+                .into_iter()
+                .enumerate()
+                .map(|(port, listener)| {
+                    let h = handle.clone();
+                    let cfg = &config;
+                    std::thread::Builder::new()
+                        .name(format!("vmirq-net-port{port}"))
+                        .spawn_scoped(scope, move || {
+                            let r = serve_port(cfg, &h, port, listener);
+                            if r.is_err() {
+                                h.stop();
+                            }
+                            r
+                        })
+                })
+                .collect::<io::Result<Vec<_>>>()?;
+            Ok::<_, ServerError>(
+                threads
+                    .into_iter()
+                    .map(|t| {
+                        t.join().unwrap_or_else(|_| {
+                            Err(ServerError::Daemon("port thread panicked".into()))
+                        })
+                    })
+                    .collect(),
+            )
+        })?;
+        results.into_iter().collect()
+    }
+}
+
+fn serve_port(
+    cfg: &ServerConfig,
+    h: &ServerHandle,
+    port: usize,
+    mut listener: Listener,
+) -> Result<()> {
+    let mac = cfg
+        .macs
+        .get(port)
+        .copied()
+        .unwrap_or_else(|| default_mac(port));
+    while !h.stop.load(Ordering::Acquire) {
+        if !readable(listener.as_raw_fd(), ACCEPT_POLL_MS)? {
+            continue;
+        }
+        serve_connection(cfg, h, port, mac, &mut listener)?;
+    }
+    Ok(())
+}
+
+/// Serve one frontend of `port` until it disconnects or the server stops.
+fn serve_connection(
+    cfg: &ServerConfig,
+    h: &ServerHandle,
+    port: usize,
+    mac: Mac,
+    listener: &mut Listener,
+) -> Result<()> {
+    let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    let config = NetConfig {
+        mac,
+        status: S_LINK_UP,
+    };
+    let backend = Arc::new(NetBackend::new(
+        port,
+        Arc::clone(&h.fabric),
+        config,
+        cfg.queue_size,
+        mem.clone(),
+    )?);
+    let mut daemon = VhostUserDaemon::new(format!("vmirq-net{port}"), Arc::clone(&backend), mem)
+        .map_err(daemon_error)?;
+    for handler in daemon.get_epoll_handlers() {
+        handler.register_listener(backend.attach_fd(), EventSet::IN, ATTACH_EVENT)?;
+    }
+    daemon.start(listener).map_err(daemon_error)?;
+    backend.attach()?;
+    if let Some(slot) = h.fabric.slot(port) {
+        slot.counters.connections.fetch_add(1, Ordering::Relaxed);
+    }
+    h.connections.fetch_add(1, Ordering::Relaxed);
+    h.serving[port].store(true, Ordering::Release);
+    *h.current[port]
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = daemon.shutdown_handle();
+    if h.stop.load(Ordering::Acquire) {
+        daemon.request_shutdown();
+    }
+    tracing::info!(port, "frontend connected");
+    match daemon.wait() {
+        Ok(())
+        | Err(vhost_user_backend::Error::HandleRequest(
+            vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
+        )) => tracing::info!(port, "frontend disconnected"),
+        Err(e) => tracing::warn!(port, error = %e, "frontend connection ended with an error"),
+    }
+    *h.current[port]
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = None;
+    h.fabric.detach(port);
+    drop(daemon); // sends the exit event and joins the worker thread
+    for fd in backend.take_exit_consumer_fds() {
+        // SAFETY: these eventfds were created by NetBackend::exit_event and handed to
+        // vhost-user-backend, which only registered them in the worker's epoll with
+        // `into_raw_fd` and never closes them. The daemon and its worker (and its epoll fd)
+        // are gone now, so nothing else refers to these descriptors.
+        unsafe { libc::close(fd) };
+    }
+    h.serving[port].store(false, Ordering::Release);
+    Ok(())
+}
+
+/// vhost-user-backend's error is neither `Sync` nor `std::error::Error`; keep its text.
+fn daemon_error(e: vhost_user_backend::Error) -> ServerError {
+    ServerError::Daemon(e.to_string())
+}
+
+/// Wait up to `timeout_ms` for `fd` to become readable.
+fn readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid pollfd and the count is 1.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
+}

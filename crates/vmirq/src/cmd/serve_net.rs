@@ -1,0 +1,113 @@
+//! `vmirq serve-net`: run the vhost-user-net switch (library `vmirq-net`) on two or more
+//! unix sockets, one per port.
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vmirq_net::server::{Server, ServerConfig, ServerHandle};
+use vmirq_net::switch::SwitchMode;
+use vmirq_net::virtio::Mac;
+
+/// Options of `vmirq serve-net`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// vhost-user unix socket of a port (repeat, in port order: two or more; an old file at
+    /// the path is replaced).
+    #[arg(long = "socket", value_name = "PATH", required = true, num_args = 1)]
+    sockets: Vec<PathBuf>,
+    /// MAC address of a port's device (repeat, in port order; default 52:54:00:76:6e:NN).
+    #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
+    macs: Vec<Mac>,
+    /// How frames are switched: `pairs` (port 0 <-> 1, 2 <-> 3, ...) or `learn` (MAC
+    /// learning, unknown destinations flooded).
+    #[arg(long = "switch", default_value = "pairs", value_parser = parse_switch)]
+    switch: SwitchMode,
+    /// Largest entries per queue a frontend may choose (power of two).
+    #[arg(long, default_value_t = 1024)]
+    queue_size: u16,
+}
+
+fn parse_switch(s: &str) -> Result<SwitchMode, String> {
+    s.parse()
+}
+
+fn parse_mac(s: &str) -> Result<Mac, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("{s:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"));
+    }
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?}: bad byte {p:?}"))?;
+    }
+    Ok(mac)
+}
+
+/// Serve until SIGINT/SIGTERM; print every port's counters at the end.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut cfg = ServerConfig::new(args.sockets);
+    cfg.macs = args.macs;
+    cfg.switch = args.switch;
+    cfg.queue_size = args.queue_size;
+    let server = Server::new(cfg).context("starting the switch")?;
+    let handle = server.handle();
+    stop_on_signals(handle.clone()).context("installing signal handlers")?;
+    let result = server.run();
+    for (p, c) in handle.counters().iter().enumerate() {
+        let pairs: Vec<String> = c
+            .pairs()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        eprintln!("port {p}: {}", pairs.join(" "));
+    }
+    result.context("serving")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Block SIGINT and SIGTERM in this thread (and every thread spawned later) and stop the
+/// server from a thread that takes them with `sigwait`.
+fn stop_on_signals(handle: ServerHandle) -> io::Result<()> {
+    // SAFETY: sigemptyset/sigaddset initialise the local set; pthread_sigmask accepts a
+    // null old-mask pointer.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let ret = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if ret != 0 {
+            return Err(io::Error::from_raw_os_error(ret));
+        }
+        set
+    };
+    std::thread::Builder::new()
+        .name("vmirq-signals".to_owned())
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is initialised and `sig` is a valid out pointer.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                handle.stop();
+                return;
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse() {
+        assert_eq!(
+            parse_mac("52:54:00:aa:bb:0c"),
+            Ok([0x52, 0x54, 0, 0xaa, 0xbb, 0x0c])
+        );
+        assert!(parse_mac("52:54:00:aa:bb").is_err());
+        assert!(parse_mac("52:54:00:aa:bb:zz").is_err());
+    }
+}
