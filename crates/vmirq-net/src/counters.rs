@@ -40,7 +40,8 @@ macro_rules! counters {
 }
 
 counters! {
-    /// Frames the port's driver transmitted that were valid.
+    /// Valid frames taken off the port's transmit queue (delivered, or dropped and counted
+    /// under a reason below).
     tx_frames,
     /// Their bytes (Ethernet frame, no net header).
     tx_bytes,

@@ -199,11 +199,10 @@ impl Fabric {
                                 &mut dests,
                                 rx_scratch,
                             ) {
-                                Sent::Done => {
+                                Sent::Done | Sent::Dropped => {
                                     PortCounters::add(&c.tx_frames, 1);
                                     PortCounters::add(&c.tx_bytes, (frame.len() - HDR_LEN) as u64);
                                 }
-                                Sent::Dropped => {}
                                 Sent::Wait => {
                                     q.set_next_avail(start);
                                     PortCounters::add(&c.tx_backpressure, 1);
