@@ -8,7 +8,7 @@
 //! `2 * queues + 1 + q` its storage completion fd, if it has one (both registered by the
 //! server after the daemon is created).
 
-use crate::engine::{QueueEngine, Ring};
+use crate::engine::QueueEngine;
 use crate::virtio::{feature, BlkConfig};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -16,15 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringState, VringT};
-use virtio_queue::Queue;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::GuestAddressSpace;
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
 
-/// Guest memory as the vhost-user machinery shares it.
-pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap>;
+pub use vmirq_vhost::GuestMem;
 
 /// The device of one frontend connection.
 pub struct BlkBackend {
@@ -204,15 +202,6 @@ fn local_index(masks: &[u64], thread: usize, q: usize) -> Option<usize> {
 fn global_index(masks: &[u64], thread: usize, local: usize) -> Option<usize> {
     let mask = *masks.get(thread)?;
     (0..64).filter(|q| mask & (1 << q) != 0).nth(local)
-}
-
-impl Ring for VringState<GuestMem> {
-    fn queue_mut(&mut self) -> &mut Queue {
-        self.get_queue_mut()
-    }
-    fn signal(&self) -> io::Result<()> {
-        self.signal_used_queue()
-    }
 }
 
 impl VhostUserBackend for BlkBackend {

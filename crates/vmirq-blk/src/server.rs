@@ -10,7 +10,7 @@
 
 use crate::backend::{BlkBackend, DeviceParams, GuestMem};
 use crate::config::{DiskSpec, ServerConfig};
-use crate::counters::{CounterSnapshot, QueueCounters};
+use crate::counters::{BlkQueueCounters, CounterSnapshot};
 use crate::engine::{EngineParts, QueueEngine};
 use crate::guard::rules::Limits;
 use crate::guard::{Guard, Rendezvous};
@@ -60,7 +60,7 @@ pub type Result<T> = std::result::Result<T, ServerError>;
 pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     current: Arc<Mutex<Option<ShutdownHandle>>>,
-    counters: Arc<Vec<Arc<QueueCounters>>>,
+    counters: Arc<Vec<Arc<BlkQueueCounters>>>,
     connections: Arc<AtomicU64>,
     serving: Arc<AtomicBool>,
 }
@@ -120,7 +120,7 @@ impl Server {
             DiskSpec::Null(n) => Arc::new(NullDisk::new(*n)?),
         };
         let counters = (0..config.queues)
-            .map(|_| Arc::new(QueueCounters::default()))
+            .map(|_| Arc::new(BlkQueueCounters::default()))
             .collect();
         let handle = ServerHandle {
             stop: Arc::new(AtomicBool::new(false)),
@@ -155,7 +155,11 @@ impl Server {
     pub fn run(&self) -> Result<()> {
         let mut listener = Listener::new(&self.config.socket, true).map_err(ServerError::Listen)?;
         if let Some(addr) = self.config.metrics {
-            crate::metrics::spawn(addr, self.handle.clone())?;
+            let handle = self.handle.clone();
+            vmirq_vhost::metrics::spawn(
+                addr,
+                Box::new(move || crate::counters::prometheus(&handle.counters())),
+            )?;
         }
         tracing::info!(socket = %self.config.socket.display(), disk = %self.disk.describe(), "serving");
         while !self.handle.stop.load(Ordering::Acquire) {
@@ -267,8 +271,8 @@ impl Server {
                 moderation: c.moderation.build(),
                 waiter: c.poll.build(),
                 contention: c.contention.build(),
-                cpu: crate::cpustat::CpuSampler::new(Box::new(
-                    crate::cpustat::ThreadSchedstat::new(),
+                cpu: vmirq_vhost::cpustat::CpuSampler::new(Box::new(
+                    vmirq_vhost::cpustat::ThreadSchedstat::new(),
                 )),
                 counters: Arc::clone(&self.handle.counters[usize::from(q)]),
                 max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,

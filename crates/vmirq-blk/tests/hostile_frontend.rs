@@ -12,6 +12,7 @@ use common::client::Client;
 use common::{pattern, Running};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{Canary, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN, REGION1_START};
 use vmirq_blk::raw_frontend::{
     mem_table, memfd, message, req, vring_addr, vring_state, RawFrontend, Reply, Session,
@@ -457,14 +458,14 @@ fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts() {
     let canary = g.canary();
     s.kick(0).expect("kick");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.handle.counters()[0].broken == 0 {
+    while srv.handle.counters()[0].queue.broken == 0 {
         assert!(Instant::now() < deadline, "queue 0 did not break");
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(s.wait_used(0, 1, Duration::from_millis(100)), vec![]);
     s.queues[0].guest.assert_canary(&canary, &[]);
     assert_eq!(s.queues[0].guest.byte_at(st), 0xFF);
-    assert_eq!(srv.handle.counters()[1].broken, 0);
+    assert_eq!(srv.handle.counters()[1].queue.broken, 0);
     // Queue 1 serves.
     let g1 = &mut s.queues[1].guest;
     let r = g1.submit(blk::IN, 0, &[SECTOR], true);
@@ -484,7 +485,7 @@ fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts() {
         vec![(u32::from(after.head), SECTOR + 1)]
     );
     assert_eq!(s.queues[0].guest.status(&after), status::OK);
-    assert_eq!(srv.handle.counters()[0].broken, 1);
+    assert_eq!(srv.handle.counters()[0].queue.broken, 1);
     drop(s);
     assert_fresh_connection_serves(&srv, 80);
     srv.stop();
@@ -500,13 +501,13 @@ fn a_new_connection_recovers_a_broken_queue() {
     s.queues[1].guest.publish(SIZE + 1);
     s.kick(1).expect("kick");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.handle.counters()[1].broken == 0 {
+    while srv.handle.counters()[1].queue.broken == 0 {
         assert!(Instant::now() < deadline, "queue 1 did not break");
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(s.wait_used(1, 1, Duration::from_millis(50)), vec![]);
     drop(s);
     assert_fresh_connection_serves(&srv, 81);
-    assert_eq!(srv.handle.counters()[1].broken, 1);
+    assert_eq!(srv.handle.counters()[1].queue.broken, 1);
     srv.stop();
 }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 use vmirq_blk::clock::now_ns;
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, EVERY_MODERATION};
 use vmirq_blk::virtio::req;
 use vmirq_policy::spec::ContentionSpec;
@@ -54,7 +55,7 @@ fn verify_spec_2_7_10_event_idx_suppresses_until_used_event_is_passed() {
     d.kick();
     assert_eq!(d.signals(), 1, "no signal when used idx passed used_event");
     let c = d.counters.snapshot();
-    assert_eq!((c.notifications, c.suppressed), (1, 4));
+    assert_eq!((c.queue.notifications, c.queue.suppressed), (1, 4));
     // used_event stays 4: later completions are not signalled until the driver moves it.
     submit_n(&mut d, 1);
     d.kick();
@@ -81,7 +82,7 @@ fn no_moderation_signals_every_completion_the_driver_asks_for() {
     submit_n(&mut e, 8);
     e.kick();
     assert_eq!(e.signals(), 1);
-    assert_eq!(e.counters.snapshot().suppressed, 1);
+    assert_eq!(e.counters.snapshot().queue.suppressed, 1);
     e.guest.set_used_event(8); // driver has seen 8 entries, wants the next one
     submit_n(&mut e, 2);
     e.kick();
@@ -119,7 +120,7 @@ fn count_policy_holds_a_lone_completion_until_its_timer() {
     assert_eq!(d.signals(), 1);
     assert!(now_ns() >= deadline);
     let c = d.counters.snapshot();
-    assert_eq!((c.timer_fires, c.held), (1, 1));
+    assert_eq!((c.queue.timer_fires, c.queue.held), (1, 1));
     // A full frame batch is signalled immediately, and the timer is cancelled.
     submit_n(&mut d, 4);
     d.kick();
@@ -170,12 +171,12 @@ fn poll_window_is_bounded_by_the_wait_policy_and_counted_as_a_miss() {
         "poll overran its window: {took:?}"
     );
     let c = d.counters.snapshot();
-    assert_eq!((c.poll_hits, c.poll_misses), (0, 1));
+    assert_eq!((c.queue.poll_hits, c.queue.poll_misses), (0, 1));
     // The `never` policy does not poll at all.
     let mut n = TestDevice::new(DeviceOpts::default());
     submit_n(&mut n, 1);
     n.kick();
-    assert_eq!(n.counters.snapshot().poll_misses, 0);
+    assert_eq!(n.counters.snapshot().queue.poll_misses, 0);
 }
 
 /// The contention gate: a worker that waits for its CPU half of the time (an equal-weight
@@ -202,14 +203,21 @@ fn polling_stops_when_a_neighbour_wants_the_cpu() {
     );
     assert!(took < Duration::from_millis(15), "kept polling: {took:?}");
     let c = busy.counters.snapshot();
-    assert_eq!((c.poll_misses, c.poll_contended), (1, 1));
+    assert_eq!((c.queue.poll_misses, c.queue.poll_contended), (1, 1));
     // Closed for 10 ms: the next wait sleeps at once.
     submit_n(&mut busy, 1);
     let t = Instant::now();
     busy.kick();
     assert!(t.elapsed() < Duration::from_millis(4), "{:?}", t.elapsed());
     let c = busy.counters.snapshot();
-    assert_eq!((c.poll_misses, c.poll_contended, c.requests), (1, 2, 2));
+    assert_eq!(
+        (
+            c.queue.poll_misses,
+            c.queue.poll_contended,
+            c.device.requests
+        ),
+        (1, 2, 2)
+    );
 
     let mut quiet = device(2);
     submit_n(&mut quiet, 1);
@@ -221,7 +229,7 @@ fn polling_stops_when_a_neighbour_wants_the_cpu() {
         t.elapsed()
     );
     let c = quiet.counters.snapshot();
-    assert_eq!((c.poll_misses, c.poll_contended), (1, 0));
+    assert_eq!((c.queue.poll_misses, c.queue.poll_contended), (1, 0));
 }
 
 /// Regression: when the engine yields after its batch bound it resumes through its own
@@ -257,7 +265,7 @@ fn verify_spec_2_7_7_1_no_interrupt_flag_suppresses_signals_without_event_idx() 
     assert_eq!(d.guest.take_used().len(), 3);
     assert_eq!(d.signals(), 0);
     // Checked at the batch's first completion and once for the rest.
-    assert_eq!(d.counters.snapshot().suppressed, 2);
+    assert_eq!(d.counters.snapshot().queue.suppressed, 2);
     d.guest.set_avail_flags(0);
     submit_n(&mut d, 1);
     d.kick();

@@ -5,7 +5,6 @@
 //!
 //! Without an area every hook is one branch on `None`.
 
-use super::batch::Submissions;
 use super::{EngineError, QueueEngine, Ring};
 use crate::chain::DescTable;
 use crate::inflight::area::{QueueLog, Recovery};
@@ -14,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vmirq_vhost::notify::Submissions;
 
 /// The engine's inflight-tracking state.
 #[derive(Debug, Default)]

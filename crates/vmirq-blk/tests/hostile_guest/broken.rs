@@ -8,6 +8,7 @@
 use crate::harness::{assert_still_serves, hdr_and_status, matrix, SECTOR};
 use vmirq_blk::chain::{self, Violation};
 use vmirq_blk::manual_io::manual_io;
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{
     DeviceOpts, MockGuest, TestDevice, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN,
 };
@@ -58,7 +59,7 @@ fn expect_broken_with(o: DeviceOpts, build: Build, want: Violation, recovery: Re
         Some((head, want)),
         "head and rule recorded"
     );
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
     d.guest.assert_canary(&canary, &[]);
     // A broken queue ignores kicks and timers.
     d.kick();
@@ -81,7 +82,7 @@ fn expect_broken_with(o: DeviceOpts, build: Build, want: Violation, recovery: Re
     assert_eq!(d.guest.status(&after), status::OK);
     assert!(d.guest.read(&after.data[0]).iter().all(|&b| b == 0x77));
     assert_still_serves(&mut d);
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
 }
 
 fn expect_broken(o: DeviceOpts, build: Build, want: Violation) {
@@ -462,7 +463,7 @@ fn avail_index_jumping_past_the_queue_size(o: DeviceOpts) {
         vec![],
         "entries completed from a bogus ring"
     );
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
     d.guest.assert_canary(&canary, &[]);
     d.guest.set_avail_idx(1);
     d.stop();

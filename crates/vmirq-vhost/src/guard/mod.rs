@@ -54,7 +54,7 @@ impl Rendezvous {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
-            "vmirq-blk-guard-{}-{seq}-{}",
+            "vmirq-guard-{}-{seq}-{}",
             std::process::id(),
             crate::clock::now_ns()
         ));

@@ -1,7 +1,6 @@
 //! A minimal Prometheus endpoint: every HTTP request on the metrics socket gets the counter
 //! text. One request per connection, bounded reads and timeouts, served by one thread.
 
-use crate::server::ServerHandle;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
@@ -11,11 +10,14 @@ const MAX_REQUEST_BYTES: usize = 8192;
 /// Read and write timeout per connection.
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Bind `addr` and serve the counters of `handle` from a background thread.
+/// Renders the metrics text (e.g. [`crate::counters::prometheus`] of the current counters).
+pub type Render = Box<dyn Fn() -> String + Send>;
+
+/// Bind `addr` and serve the text `render` returns from a background thread.
 ///
 /// # Errors
 /// When the address cannot be bound.
-pub fn spawn(addr: SocketAddr, handle: ServerHandle) -> io::Result<SocketAddr> {
+pub fn spawn(addr: SocketAddr, render: Render) -> io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     tracing::info!(%bound, "metrics endpoint");
@@ -23,7 +25,7 @@ pub fn spawn(addr: SocketAddr, handle: ServerHandle) -> io::Result<SocketAddr> {
         .name("vmirq-metrics".to_owned())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                if let Err(e) = answer(stream, &handle) {
+                if let Err(e) = answer(stream, &render) {
                     tracing::debug!(error = %e, "metrics request failed");
                 }
             }
@@ -31,7 +33,7 @@ pub fn spawn(addr: SocketAddr, handle: ServerHandle) -> io::Result<SocketAddr> {
     Ok(bound)
 }
 
-fn answer(mut stream: TcpStream, handle: &ServerHandle) -> io::Result<()> {
+fn answer(mut stream: TcpStream, render: &Render) -> io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut buf = [0u8; MAX_REQUEST_BYTES];
@@ -44,7 +46,7 @@ fn answer(mut stream: TcpStream, handle: &ServerHandle) -> io::Result<()> {
         }
         got += n;
     }
-    let body = crate::counters::prometheus(&handle.counters());
+    let body = render();
     let head = format!(
         "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()

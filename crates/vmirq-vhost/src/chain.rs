@@ -1,23 +1,26 @@
 //! Walk a split-virtqueue descriptor chain under the ring rules of virtio 1.2 §2.7.5
 //! (descriptor table) and §2.7.5.3 (indirect descriptors), naming the rule a chain breaks.
 //!
-//! A chain that breaks one of these rules has no trustworthy shape: its end (and so its
-//! status byte) is unknown, or the driver wrote descriptors it promised not to. Such a chain
-//! is never completed; the queue stops until the frontend resets it (see
-//! `engine::QueueEngine`). virtio-queue's own chain iterator stops silently on the same
-//! inputs, which cannot be told apart from a chain that really ended, so the walk is done
-//! here instead, reading descriptors straight from guest memory.
+//! A chain that breaks one of these rules has no trustworthy shape: its end (and so where
+//! its answer goes) is unknown, or the driver wrote descriptors it promised not to. Such a
+//! chain is never completed; the device stops the queue until the frontend resets it (as
+//! vmirq-blk's `engine::QueueEngine` does). virtio-queue's own chain iterator stops
+//! silently on the same inputs, which cannot be told apart from a chain that really ended,
+//! so the walk is done here instead, reading descriptors straight from guest memory.
 //!
 //! Rules (a chain is a run of descriptors from `head`, following NEXT):
 //! - the head and every `next` index lie inside the table they index;
 //! - a chain has no more descriptors than its table has entries (more means a loop), and in
-//!   total no more than the queue size;
+//!   total no more than the queue size (at least [`CHAIN_MAX`]);
 //! - a descriptor with INDIRECT has no NEXT, a non-zero length that is a multiple of 16,
 //!   at most queue-size entries, lies inside guest memory, and is not itself inside an
 //!   indirect table (zero or more direct descriptors followed by one indirect one is allowed,
 //!   as §2.7.5.3.2 requires of the device);
-//! - the chain's last descriptor is device-writable, not empty, and its last byte (the
-//!   status byte) lies inside guest memory.
+//! - only for [`walk`] (requests answered with a status byte: virtio-blk requests, virtio-net
+//!   control commands' ack): the chain's last descriptor is device-writable, not empty, and
+//!   its last byte (the status byte) lies inside guest memory. [`walk_chain`] checks the
+//!   ring rules alone (e.g. virtio-net TX and RX chains, whose direction rules the device
+//!   checks itself).
 
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
@@ -118,8 +121,8 @@ pub enum Violation {
 }
 
 /// The fewest descriptors a chain (direct and indirect together) may have before it is refused,
-/// whatever the queue size: 1024, QEMU's and libvhost-user's `VIRTQUEUE_MAX_SIZE`, and the
-/// request parser's [`crate::request::MAX_DESCRIPTORS`].
+/// whatever the queue size: 1024, QEMU's and libvhost-user's `VIRTQUEUE_MAX_SIZE` (and
+/// vmirq-blk's request parser's `MAX_DESCRIPTORS`).
 ///
 /// The virtio spec bounds a chain by the queue size, but Linux's virtio_blk sizes requests by
 /// the device's `seg_max`, not by the queue size the frontend chose: QEMU's vhost-user-blk-pci
@@ -127,7 +130,7 @@ pub enum Violation {
 /// queue size (254 for 256), so a Linux guest puts indirect tables of up to 256 entries on a
 /// 128-entry queue (a 237-entry table was seen). Refusing those would break the queue of a
 /// well-behaved guest; QEMU accepts them too.
-pub const CHAIN_MAX: u32 = crate::request::MAX_DESCRIPTORS as u32;
+pub const CHAIN_MAX: u32 = 1024;
 
 /// Most descriptors a chain on a queue of `queue_size` entries may have: the queue size, at
 /// least [`CHAIN_MAX`].
@@ -167,6 +170,32 @@ pub fn walk(
     head: u16,
     out: &mut Vec<Descriptor>,
 ) -> Result<GuestAddress, Violation> {
+    let last = walk_ring(mem, table, head, out)?;
+    status_byte(mem, &last)
+}
+
+/// Walk the chain starting at `head` into `out` (cleared first) under the ring rules only;
+/// indirect descriptors are replaced by their table's chain. On success the chain is
+/// structurally valid and not empty.
+///
+/// # Errors
+/// The first [`Violation`] found.
+pub fn walk_chain(
+    mem: &GuestMemoryMmap,
+    table: DescTable,
+    head: u16,
+    out: &mut Vec<Descriptor>,
+) -> Result<(), Violation> {
+    walk_ring(mem, table, head, out).map(|_| ())
+}
+
+/// The ring rules; returns the chain's last descriptor.
+fn walk_ring(
+    mem: &GuestMemoryMmap,
+    table: DescTable,
+    head: u16,
+    out: &mut Vec<Descriptor>,
+) -> Result<Descriptor, Violation> {
     out.clear();
     if head >= table.size {
         return Err(Violation::HeadOutOfRange {
@@ -200,7 +229,7 @@ pub fn walk(
             return Err(Violation::TooLong { limit });
         }
         if !d.has_next() {
-            return status_byte(mem, &d);
+            return Ok(d);
         }
         index = d.next();
         if u32::from(index) >= at.entries {
@@ -418,6 +447,28 @@ mod tests {
         put(&m, 64, 0x3000, u32::from(n - 1) * 16, F_INDIRECT, 0);
         put(&m, 0x3000 + u64::from(n - 2) * 16, 0x2000, 1, F_WRITE, 0);
         assert_eq!(walk_from(&m, 0), Ok(usize::from(n) + 3));
+    }
+
+    #[test]
+    fn walk_chain_checks_the_ring_rules_but_not_the_status_byte() {
+        let m = mem();
+        // A device-readable chain (a virtio-net TX frame): no status byte.
+        put(&m, 0, 0x1000, 12, F_NEXT, 1);
+        put(&m, 16, 0x2000, 64, 0, 0);
+        let mut out = Vec::new();
+        assert_eq!(walk_chain(&m, TABLE, 0, &mut out), Ok(()));
+        assert_eq!(out.len(), 2);
+        assert_eq!(walk_from(&m, 0), Err(Violation::StatusNotWritable));
+        // The ring rules still hold.
+        put(&m, 16, 0x2000, 64, F_NEXT, 0);
+        assert_eq!(
+            walk_chain(&m, TABLE, 0, &mut out),
+            Err(Violation::Loop { entries: 8 })
+        );
+        assert_eq!(
+            walk_chain(&m, TABLE, 8, &mut out),
+            Err(Violation::HeadOutOfRange { head: 8, size: 8 })
+        );
     }
 
     #[test]
