@@ -4,10 +4,11 @@
 //! One worker thread serves both queues. Its epoll event ids: 0 the RX kick, 1 the TX
 //! kick (registered by vhost-user-backend), 2 its exit event, [`ATTACH_EVENT`] an eventfd
 //! the server writes once per connection so that the worker hands the vrings over to the
-//! fabric (vhost-user-backend gives the vrings to `handle_event` only).
+//! fabric (vhost-user-backend gives the vrings to `handle_event` only), [`RX_TIMER_EVENT`]
+//! and [`TX_TIMER_EVENT`] the queues' hold timers (registered by the server).
 
 use crate::fabric::{Attached, Fabric, GuestMem, Vring};
-use crate::rx::UsedWindow;
+use crate::queues::{Policies, RxCtl, TxCtl};
 use crate::virtio::{NetConfig, DEVICE_FEATURES, QUEUES, RX_QUEUE, TX_QUEUE};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -23,6 +24,10 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Epoll event id of the attach eventfd.
 pub const ATTACH_EVENT: u64 = QUEUES as u64 + 1;
+/// Epoll event id of the receive queue's hold timer.
+pub const RX_TIMER_EVENT: u64 = QUEUES as u64 + 2;
+/// Epoll event id of the transmit queue's hold timer.
+pub const TX_TIMER_EVENT: u64 = QUEUES as u64 + 3;
 
 /// The device of one port's connection.
 pub struct NetBackend {
@@ -32,23 +37,33 @@ pub struct NetBackend {
     queue_size: u16,
     mem: GuestMem,
     features: Arc<AtomicU64>,
+    rx_ctl: Arc<Mutex<RxCtl>>,
+    tx_ctl: Arc<Mutex<TxCtl>>,
     attach: EventFd,
     exit_fds: Mutex<Vec<RawFd>>,
 }
 
 impl NetBackend {
-    /// The device of port `port` with guest memory `mem`.
+    /// The device of port `port` with guest memory `mem`, its queues following `policies`.
     ///
     /// # Errors
-    /// The attach eventfd cannot be created.
+    /// The attach eventfd or a hold timer cannot be created.
     pub fn new(
         port: usize,
         fabric: Arc<Fabric>,
         config: NetConfig,
         queue_size: u16,
         mem: GuestMem,
+        policies: &Policies,
     ) -> io::Result<Self> {
+        let slot = fabric
+            .slot(port)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no such port"))?;
+        let rx_ctl = Arc::new(Mutex::new(RxCtl::new(policies, slot.rx_queue.clone())?));
+        let tx_ctl = Arc::new(Mutex::new(TxCtl::new(policies, slot.tx_queue.clone())?));
         Ok(Self {
+            rx_ctl,
+            tx_ctl,
             port,
             fabric,
             config,
@@ -64,6 +79,15 @@ impl NetBackend {
     #[must_use]
     pub fn attach_fd(&self) -> RawFd {
         self.attach.as_raw_fd()
+    }
+
+    /// The hold timer fds of the receive and transmit queues (register them with
+    /// [`RX_TIMER_EVENT`] and [`TX_TIMER_EVENT`]).
+    #[must_use]
+    pub fn timer_fds(&self) -> (RawFd, RawFd) {
+        let rx = self.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let tx = self.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        (rx.notifier.timer_fd(), tx.notifier.timer_fd())
     }
 
     /// Ask the worker to hand the vrings to the fabric.
@@ -137,7 +161,9 @@ impl VhostUserBackend for NetBackend {
         }
         match usize::from(device_event) {
             RX_QUEUE => self.fabric.on_rx_kick(self.port),
-            TX_QUEUE => self.fabric.service_tx(self.port),
+            TX_QUEUE => self.fabric.on_tx_kick(self.port),
+            e if e as u64 == RX_TIMER_EVENT => self.fabric.on_rx_timer(self.port),
+            e if e as u64 == TX_TIMER_EVENT => self.fabric.on_tx_timer(self.port),
             e if e as u64 == ATTACH_EVENT => {
                 let _ = self.attach.read();
                 if let [rx, tx] = vrings {
@@ -148,7 +174,8 @@ impl VhostUserBackend for NetBackend {
                             tx: tx.clone(),
                             mem: self.mem.clone(),
                             features: Arc::clone(&self.features),
-                            rx_window: Mutex::new(UsedWindow::default()),
+                            rx_ctl: Arc::clone(&self.rx_ctl),
+                            tx_ctl: Arc::clone(&self.tx_ctl),
                         },
                     );
                 }

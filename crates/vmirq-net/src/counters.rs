@@ -1,7 +1,8 @@
 //! What each port's data path did: monotonic counters shared between the data-path threads
 //! (writers) and the server handle, tests and `vmirq serve-net`'s exit summary (readers).
-//! Device-independent per-queue counters (interrupts, kicks, moderation) belong to the
-//! shared vhost crate; these are the switch's own.
+//! The per-queue counters (kicks, notifications, held completions, timer fires, polls) are
+//! the shared crate's `vmirq_vhost::counters::QueueCounters`, one per queue in the port's
+//! [`crate::fabric::Slot`]; these are the switch's own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -70,10 +71,6 @@ counters! {
     rx_bad_chain,
     /// Queue stops: the available ring index jumped further than the queue size.
     queue_broken,
-    /// Used-buffer notifications (interrupts) sent on the receive queue.
-    rx_signals,
-    /// Used-buffer notifications sent on the transmit queue.
-    tx_signals,
     /// Frontend connections served.
     connections,
 }

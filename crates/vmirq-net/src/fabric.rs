@@ -16,18 +16,24 @@
 //! effort: a destination without room drops its copy and counts it.
 
 use crate::counters::PortCounters;
-use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch, UsedWindow};
+use crate::queues::{RxCtl, RxRing, TxCtl};
+use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
 use crate::tx::{read_chain, TxError};
 use crate::virtio::{F_MRG_RXBUF, HDR_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
+use vmirq_policy::moderation::{CompletionMeta, RequestKind};
+use vmirq_vhost::clock::now_ns;
+use vmirq_vhost::counters::QueueCounters;
+use vmirq_vhost::notify::{Completions, Submissions};
+use vmirq_vhost::poll::{has_work, PollStart};
 
 /// Guest memory as the vhost-user machinery shares it.
-pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap>;
+pub use vmirq_vhost::GuestMem;
 /// A vring of this device.
 pub type Vring = VringRwLock<GuestMem>;
 
@@ -48,8 +54,10 @@ pub struct Attached {
     pub mem: GuestMem,
     /// Negotiated virtio features (set when the frontend acks them).
     pub features: Arc<AtomicU64>,
-    /// The receive queue's notification window (used under the RX vring lock).
-    pub rx_window: Mutex<UsedWindow>,
+    /// The receive queue's moderation (locked after its vring).
+    pub rx_ctl: Arc<Mutex<RxCtl>>,
+    /// The transmit queue's moderation and kick waits (locked after its vring).
+    pub tx_ctl: Arc<Mutex<TxCtl>>,
 }
 
 impl Attached {
@@ -66,6 +74,10 @@ pub struct Slot {
     blocked: AtomicU64,
     /// This port's counters.
     pub counters: Arc<PortCounters>,
+    /// Its receive queue's generic counters.
+    pub rx_queue: Arc<QueueCounters>,
+    /// Its transmit queue's generic counters.
+    pub tx_queue: Arc<QueueCounters>,
 }
 
 /// Every port and the switch between them.
@@ -130,6 +142,9 @@ impl Fabric {
             // and stops any later one that still holds the old `Attached`.
             old.rx.set_queue_ready(false);
             old.tx.set_queue_ready(false);
+            let q = u16::try_from(2 * p).unwrap_or(u16::MAX);
+            lock(&old.rx_ctl).notifier.clear(q);
+            lock(&old.tx_ctl).notifier.clear(q + 1);
         }
         self.switch.forget_port(p);
         self.wake_blocked(p);
@@ -154,93 +169,209 @@ impl Fabric {
     }
 
     /// Take every available frame off port `src`'s transmit queue and switch it, until the
-    /// queue is empty (notifications re-enabled) or a destination has no room.
+    /// queue is empty (kicks re-enabled, after the kick-wait policy's poll window if it has
+    /// one) or a destination has no room. Completions go through the queue's moderation.
     pub fn service_tx(&self, src: usize) {
-        let (Some(me), Some(slot)) = (self.attached(src), self.slots.get(src)) else {
+        let Some(me) = self.attached(src) else {
             return;
         };
-        let c = &slot.counters;
         let mem = me.mem.memory();
         let mut tx = me.tx.get_mut();
         if !tx.get_queue().ready() || !tx.is_enabled() {
             return;
         }
-        SCRATCH.with_borrow_mut(
-            |Scratch {
-                 frame,
-                 rx: rx_scratch,
-             }| {
-                let mut dests = Dests::default();
-                loop {
-                    let mut completed = 0u32;
-                    let mut stop = false;
-                    let mut empty = false;
-                    for _ in 0..TX_BATCH {
-                        let q = tx.get_queue_mut();
-                        let start = q.next_avail();
-                        let chain = match q.iter(&*mem) {
-                            Ok(mut it) => it.next(),
-                            Err(e) => {
-                                tracing::warn!(port = src, error = %e, "transmit queue broken");
-                                PortCounters::add(&c.queue_broken, 1);
-                                stop = true;
-                                break;
-                            }
-                        };
-                        let Some(chain) = chain else {
-                            empty = true;
-                            break;
-                        };
-                        let head = chain.head_index();
-                        match read_chain(chain, frame) {
-                            Ok(()) => match self.switch_frame(
-                                src,
-                                &frame[HDR_LEN..],
-                                &mut dests,
-                                rx_scratch,
-                            ) {
-                                Sent::Done | Sent::Dropped => {
-                                    PortCounters::add(&c.tx_frames, 1);
-                                    PortCounters::add(&c.tx_bytes, (frame.len() - HDR_LEN) as u64);
-                                }
-                                Sent::Wait => {
-                                    q.set_next_avail(start);
-                                    PortCounters::add(&c.tx_backpressure, 1);
-                                    stop = true;
-                                    break;
-                                }
-                            },
-                            Err(TxError::Header(_)) => PortCounters::add(&c.tx_bad_header, 1),
-                            Err(e) => {
-                                tracing::debug!(port = src, error = %e, "transmit chain dropped");
-                                PortCounters::add(&c.tx_bad_chain, 1);
-                            }
+        let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut dests = Dests::default();
+            loop {
+                let end = self.tx_batch(src, &mut tx, &mut ctl, &mem, &mut dests, scratch);
+                self.flush_dests(&mut dests);
+                match end {
+                    BatchEnd::More => continue,
+                    BatchEnd::Stop => return,
+                    BatchEnd::Empty => {}
+                }
+                // Empty: re-enable kicks and look again (§2.7.10: the driver may have added
+                // buffers before it saw the notification flag or event index).
+                if tx.enable_notification().unwrap_or(false) {
+                    continue;
+                }
+                if ctl.notifier.resuming() || !self.kick_wait(src, &me, &mut tx, &mut ctl, &mem) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// One batch of at most [`TX_BATCH`] transmit chains.
+    fn tx_batch(
+        &self,
+        src: usize,
+        tx: &mut VringState<GuestMem>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+        dests: &mut Dests,
+        scratch: &mut Scratch,
+    ) -> BatchEnd {
+        let c = &self.slots[src].counters;
+        let mut subs = Submissions::default();
+        let mut batch = ctl.notifier.completions();
+        let mut end = BatchEnd::More;
+        for _ in 0..TX_BATCH {
+            let q = tx.get_queue_mut();
+            let start = q.next_avail();
+            let chain = match q.iter(mem) {
+                Ok(mut it) => it.next(),
+                Err(e) => {
+                    tracing::warn!(port = src, error = %e, "transmit queue broken");
+                    PortCounters::add(&c.queue_broken, 1);
+                    end = BatchEnd::Stop;
+                    break;
+                }
+            };
+            let Some(chain) = chain else {
+                end = BatchEnd::Empty;
+                break;
+            };
+            let head = chain.head_index();
+            let mut bytes = 0;
+            match read_chain(chain, &mut scratch.frame) {
+                Ok(()) => {
+                    let frame = &scratch.frame[HDR_LEN..];
+                    match self.switch_frame(src, frame, dests, &mut scratch.rx) {
+                        Sent::Done | Sent::Dropped => {
+                            bytes = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+                            PortCounters::add(&c.tx_frames, 1);
+                            PortCounters::add(&c.tx_bytes, u64::from(bytes));
                         }
-                        if q.add_used(&*mem, head, 0).is_err() {
-                            PortCounters::add(&c.queue_broken, 1);
-                            stop = true;
+                        Sent::Wait => {
+                            q.set_next_avail(start);
+                            PortCounters::add(&c.tx_backpressure, 1);
+                            end = BatchEnd::Stop;
                             break;
                         }
-                        completed += 1;
-                    }
-                    self.signal_dests(&mut dests);
-                    if completed > 0
-                        && tx.needs_notification().unwrap_or(true)
-                        && tx.signal_used_queue().is_ok()
-                    {
-                        PortCounters::add(&c.tx_signals, 1);
-                    }
-                    if stop {
-                        return;
-                    }
-                    // Empty: re-enable kicks and look again (§2.7.10: the driver may have added
-                    // buffers before it saw the notification flag or event index).
-                    if empty && !tx.enable_notification().unwrap_or(false) {
-                        return;
                     }
                 }
-            },
-        );
+                Err(TxError::Header(_)) => PortCounters::add(&c.tx_bad_header, 1),
+                Err(e) => {
+                    tracing::debug!(port = src, error = %e, "transmit chain dropped");
+                    PortCounters::add(&c.tx_bad_chain, 1);
+                }
+            }
+            ctl.notifier.submitted(&mut subs);
+            if q.add_used(mem, head, 0).is_err() {
+                PortCounters::add(&c.queue_broken, 1);
+                end = BatchEnd::Stop;
+                break;
+            }
+            let meta = CompletionMeta::new(RequestKind::Write, bytes);
+            if ctl.notifier.completed(&mut batch, meta, tx, mem).is_err() {
+                end = BatchEnd::Stop;
+                break;
+            }
+        }
+        let done = ctl
+            .notifier
+            .submissions_done(&subs, tx, mem)
+            .and_then(|_| ctl.notifier.completions_done(batch, tx, mem))
+            .and_then(|last| ctl.notifier.follow(last));
+        if let Err(e) = done {
+            tracing::warn!(port = src, error = %e, "transmit notification failed");
+        }
+        end
+    }
+
+    /// The transmit queue is empty with kicks enabled: poll it for the wait policy's window
+    /// (kicks off meanwhile; hold timers of this port's queues delivered here, since its
+    /// worker is not in epoll). True when work arrived: drain again.
+    fn kick_wait(
+        &self,
+        src: usize,
+        me: &Attached,
+        tx: &mut VringState<GuestMem>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+    ) -> bool {
+        let Ok(PollStart::Poll(mut w)) = ctl.poller.begin(tx, mem) else {
+            return false;
+        };
+        loop {
+            let now = now_ns();
+            if has_work(tx, mem).unwrap_or(false) {
+                ctl.poller.hit(now);
+                return true;
+            }
+            let _ = ctl.notifier.fire_due(now, tx, mem);
+            self.fire_rx_due(src, me, now);
+            if !ctl.poller.spin(&mut w, now, false) {
+                return ctl.poller.finish(tx, mem).unwrap_or(false);
+            }
+        }
+    }
+
+    /// Deliver port `p`'s receive hold timer if it is due (its worker is busy polling).
+    fn fire_rx_due(&self, p: usize, me: &Attached, now: u64) {
+        let mut rx = me.rx.get_mut();
+        let mem = me.mem.memory();
+        let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let RxCtl { notifier, window } = &mut *ctl;
+        if notifier.deadline().is_some_and(|d| now >= d) {
+            let mut ring = RxRing {
+                state: &mut rx,
+                window,
+            };
+            if let Err(e) = notifier.fire_due(now, &mut ring, &mem) {
+                tracing::warn!(port = p, error = %e, "receive notification failed");
+            }
+        }
+    }
+
+    /// Port `p`'s receive hold timer fired.
+    pub fn on_rx_timer(&self, p: usize) {
+        let Some(me) = self.attached(p) else {
+            return;
+        };
+        let mut rx = me.rx.get_mut();
+        let mem = me.mem.memory();
+        let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let RxCtl { notifier, window } = &mut *ctl;
+        if notifier.take_expiry() {
+            let mut ring = RxRing {
+                state: &mut rx,
+                window,
+            };
+            if let Err(e) = notifier.on_timer(&mut ring, &mem) {
+                tracing::warn!(port = p, error = %e, "receive notification failed");
+            }
+        }
+    }
+
+    /// Port `p`'s transmit hold timer fired (held completions, or a resume).
+    pub fn on_tx_timer(&self, p: usize) {
+        let Some(me) = self.attached(p) else {
+            return;
+        };
+        let resume = {
+            let mut tx = me.tx.get_mut();
+            let mem = me.mem.memory();
+            let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            ctl.notifier.take_expiry() && ctl.notifier.on_timer(&mut *tx, &mem).unwrap_or(false)
+        };
+        if resume {
+            self.service_tx(p);
+        }
+    }
+
+    /// Port `p`'s transmit queue was kicked.
+    pub fn on_tx_kick(&self, p: usize) {
+        if let Some(me) = self.attached(p) {
+            me.tx_ctl
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .poller
+                .on_kick();
+        }
+        self.service_tx(p);
     }
 
     /// Switch one frame from `src`.
@@ -319,7 +450,20 @@ impl Fabric {
                 PortCounters::add(&c.rx_frames, 1);
                 PortCounters::add(&c.rx_bytes, frame.len() as u64);
                 PortCounters::add(&c.rx_buffers, u64::from(n));
-                dests.used |= 1 << dst;
+                let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+                let RxCtl { notifier, window } = &mut *ctl;
+                let batch = dests.batch(dst, || notifier.completions());
+                let meta = CompletionMeta::new(
+                    RequestKind::Read,
+                    u32::try_from(frame.len()).unwrap_or(u32::MAX),
+                );
+                let mut ring = RxRing {
+                    state: &mut rx,
+                    window,
+                };
+                if let Err(e) = notifier.completed(batch, meta, &mut ring, &mem) {
+                    tracing::warn!(port = dst, error = %e, "receive notification failed");
+                }
             }
             RxOutcome::NoRoom => {
                 if retry {
@@ -328,8 +472,9 @@ impl Fabric {
             }
             RxOutcome::TooBig => PortCounters::add(&c.rx_too_big, 1),
             RxOutcome::BadChain => {
+                // The chains went back unused; the driver learns of them with the next
+                // notification (not worth one of its own).
                 PortCounters::add(&c.rx_bad_chain, 1);
-                dests.used |= 1 << dst;
             }
             RxOutcome::Broken => {
                 tracing::warn!(port = dst, "receive queue broken");
@@ -351,28 +496,46 @@ impl Fabric {
         arm_refill_kick(rx.get_queue(), &*mem).unwrap_or(false)
     }
 
-    /// Notify every destination that got buffers in this batch, if its driver wants it.
-    fn signal_dests(&self, dests: &mut Dests) {
-        let mut mask = std::mem::take(&mut dests.used);
-        while mask != 0 {
-            let dst = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
+    /// End every destination's batch of receive completions (deferred notifications, hold
+    /// timer following the policy's last decision).
+    fn flush_dests(&self, dests: &mut Dests) {
+        for dst in 0..dests.batches.len() {
+            let Some(batch) = dests.batches[dst].take() else {
+                continue;
+            };
             let Some(a) = dests.get(dst, || self.attached(dst)) else {
                 continue;
             };
-            let rx = a.rx.get_mut();
+            let mut rx = a.rx.get_mut();
             let mem = a.mem.memory();
-            let want = a
-                .rx_window
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .needs_notification(rx.get_queue(), &*mem)
-                .unwrap_or(true);
-            if want && rx.signal_used_queue().is_ok() {
-                PortCounters::add(&self.slots[dst].counters.rx_signals, 1);
+            let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            let RxCtl { notifier, window } = &mut *ctl;
+            let mut ring = RxRing {
+                state: &mut rx,
+                window,
+            };
+            let done = notifier
+                .completions_done(batch, &mut ring, &mem)
+                .and_then(|last| notifier.follow(last));
+            if let Err(e) = done {
+                tracing::warn!(port = dst, error = %e, "receive notification failed");
             }
         }
     }
+}
+
+/// How a batch of transmit chains ended.
+enum BatchEnd {
+    /// The batch limit: take the next batch.
+    More,
+    /// The queue is empty.
+    Empty,
+    /// A destination has no room, or the queue broke: stop until woken.
+    Stop,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 enum Sent {
@@ -382,11 +545,12 @@ enum Sent {
 }
 
 /// Destinations looked up during one [`Fabric::service_tx`] call, and which of them got
-/// used buffers since the last signal.
+/// receive completions are in an open batch.
 #[derive(Default)]
 struct Dests {
     cache: Vec<Option<Option<Arc<Attached>>>>,
-    used: u64,
+    /// The open batch of receive completions of each destination.
+    batches: Vec<Option<Completions>>,
 }
 
 impl Dests {
@@ -399,6 +563,13 @@ impl Dests {
             self.cache.resize(p + 1, None);
         }
         self.cache[p].get_or_insert_with(load).clone()
+    }
+
+    fn batch(&mut self, p: usize, open: impl FnOnce() -> Completions) -> &mut Completions {
+        if self.batches.len() <= p {
+            self.batches.resize_with(p + 1, || None);
+        }
+        self.batches[p].get_or_insert_with(open)
     }
 }
 

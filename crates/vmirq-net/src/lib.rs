@@ -13,6 +13,8 @@
 //!   backpressure are described there);
 //! - [`tx`] and [`rx`]: validation of guest descriptor chains (the trust boundary) and the
 //!   copy into receive buffers with MRG_RXBUF;
+//! - [`queues`]: each queue's moderation and kick waits, from the shared crate
+//!   `vmirq-vhost` (one implementation for the block and the net device);
 //! - [`switch`]: where a frame goes; [`virtio`]: the virtio-net definitions.
 //!
 //! Threading choice: one vhost-user-backend worker thread per port (not one thread owning
@@ -25,6 +27,7 @@
 pub mod backend;
 pub mod counters;
 pub mod fabric;
+pub mod queues;
 pub mod rx;
 pub mod server;
 pub mod switch;

@@ -4,9 +4,10 @@
 //! torn down (worker joined, fds closed, guest memory unmapped) and the next frontend is
 //! accepted on the same socket. Counters live in the fabric and survive reconnects.
 
-use crate::backend::{NetBackend, ATTACH_EVENT};
+use crate::backend::{NetBackend, ATTACH_EVENT, RX_TIMER_EVENT, TX_TIMER_EVENT};
 use crate::counters::PortSnapshot;
 use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
+use crate::queues::Policies;
 use crate::switch::{Switch, SwitchMode};
 use crate::virtio::{default_mac, Mac, NetConfig, S_LINK_UP};
 use std::io;
@@ -17,6 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmirq_vhost::counters::{CounterSet, QueueSnapshot};
 use vmm_sys_util::epoll::EventSet;
 
 /// How often an accept loop checks for a stop request, in milliseconds.
@@ -59,6 +61,8 @@ pub struct ServerConfig {
     pub switch: SwitchMode,
     /// Largest queue size a frontend may choose.
     pub queue_size: u16,
+    /// Moderation and kick-wait policies of every queue.
+    pub policies: Policies,
 }
 
 impl ServerConfig {
@@ -70,6 +74,7 @@ impl ServerConfig {
             macs: Vec::new(),
             switch: SwitchMode::Pairs,
             queue_size: 1024,
+            policies: Policies::default(),
         }
     }
 
@@ -116,6 +121,13 @@ impl ServerHandle {
         (0..self.fabric.ports())
             .filter_map(|p| self.fabric.slot(p).map(|s| s.counters.snapshot()))
             .collect()
+    }
+
+    /// The generic counters of port `p`'s receive and transmit queues.
+    #[must_use]
+    pub fn queue_counters(&self, p: usize) -> Option<(QueueSnapshot, QueueSnapshot)> {
+        let s = self.fabric.slot(p)?;
+        Some((s.rx_queue.snapshot(), s.tx_queue.snapshot()))
     }
 
     /// Whether port `p` has a frontend right now (false again only after its connection
@@ -263,11 +275,15 @@ fn serve_connection(
         config,
         cfg.queue_size,
         mem.clone(),
+        &cfg.policies,
     )?);
     let mut daemon = VhostUserDaemon::new(format!("vmirq-net{port}"), Arc::clone(&backend), mem)
         .map_err(daemon_error)?;
+    let (rx_timer, tx_timer) = backend.timer_fds();
     for handler in daemon.get_epoll_handlers() {
         handler.register_listener(backend.attach_fd(), EventSet::IN, ATTACH_EVENT)?;
+        handler.register_listener(rx_timer, EventSet::IN, RX_TIMER_EVENT)?;
+        handler.register_listener(tx_timer, EventSet::IN, TX_TIMER_EVENT)?;
     }
     daemon.start(listener).map_err(daemon_error)?;
     backend.attach()?;

@@ -154,3 +154,34 @@ fn jumbo_frames_are_merged_from_several_receive_buffers() {
     }
     server.stop();
 }
+
+#[test]
+fn a_count_policy_holds_receive_interrupts_until_its_timer() {
+    // One frame in flight at a time: every receive completion waits for the hold timer.
+    let server = common::start(2, |c| {
+        c.policies.moderation = "count:usecs=500,frames=8".parse().expect("spec");
+    });
+    let mut ports = vec![
+        connect(&server.sockets[0], 0, 1514),
+        connect(&server.sockets[1], 1, 1514),
+    ];
+    let rr = Workload::Rr {
+        frame_len: 64,
+        depth: 1,
+    };
+    let r = run(&mut ports, &run_cfg(rr, Mode::Interrupt, 300)).expect("rr runs");
+    assert_clean(&r);
+    let t = r.rr.expect("rr report");
+    assert!(t.transactions >= 10, "{}", r.summary());
+    // Request and response are each held 500 µs.
+    assert!(t.rtt.p50_ns >= 900_000, "{}", r.summary());
+    for p in 0..2 {
+        let (rx, _) = server.handle.queue_counters(p).expect("port");
+        assert!(rx.held > 0 && rx.timer_fires > 0, "port {p}: {rx:?}");
+        assert!(rx.notifications > 0, "port {p}: {rx:?}");
+    }
+    for p in ports {
+        p.close().expect("rings stop");
+    }
+    server.stop();
+}

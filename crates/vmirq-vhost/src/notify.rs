@@ -20,13 +20,9 @@ use crate::timer::HoldTimer;
 use crate::{Result, Ring};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 use vmirq_policy::moderation::{CompletionMeta, Decision, Event, Moderation, Moderator};
 use vmirq_policy::Nanos;
-
-/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks for no used-buffer notifications.
-const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 
 /// Submissions of one batch, for the moderation policy.
 #[derive(Debug, Default)]
@@ -327,19 +323,7 @@ impl QueueNotifier {
     /// # Errors
     /// When the rings or the call eventfd cannot be accessed.
     pub fn signal(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<()> {
-        let queue = ring.queue_mut();
-        let wanted = if queue.event_idx_enabled() {
-            queue.needs_notification(mem)?
-        } else {
-            let flags: u16 = mem
-                .load(
-                    GuestAddress(queue.avail_ring()),
-                    std::sync::atomic::Ordering::Acquire,
-                )
-                .map(u16::from_le)
-                .map_err(virtio_queue::Error::GuestMemory)?;
-            flags & VRING_AVAIL_F_NO_INTERRUPT == 0
-        };
+        let wanted = ring.needs_notification(mem)?;
         if wanted {
             ring.signal()?;
             QueueCounters::add(&self.c().notifications, 1);

@@ -6,9 +6,11 @@ use clap::Args as ClapArgs;
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use vmirq_net::queues::Policies;
 use vmirq_net::server::{Server, ServerConfig, ServerHandle};
 use vmirq_net::switch::SwitchMode;
 use vmirq_net::virtio::Mac;
+use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
 
 /// Options of `vmirq serve-net`.
 #[derive(Debug, ClapArgs)]
@@ -27,6 +29,17 @@ pub struct Args {
     /// Largest entries per queue a frontend may choose (power of two).
     #[arg(long, default_value_t = 1024)]
     queue_size: u16,
+    /// Moderation of every receive queue's interrupts and transmit queue's completions, as
+    /// in `vmirq serve`: `none`, `count:usecs=U,frames=F`, `dim`, `budget:us=B`, ...
+    #[arg(long, default_value = "none", value_name = "SPEC")]
+    moderation: ModerationSpec,
+    /// Kick wait policy of every transmit queue, as in `vmirq serve`: `never`, `kvm`,
+    /// `fixed:ns=N`, `histogram`, ...
+    #[arg(long, default_value = "never", value_name = "SPEC")]
+    poll: WaitSpec,
+    /// When kick polling stops for a neighbour: `stop`, `stop:wait_pct=P`, or `off`.
+    #[arg(long, default_value_t = ContentionSpec::default(), value_name = "SPEC")]
+    poll_contention: ContentionSpec,
 }
 
 fn parse_switch(s: &str) -> Result<SwitchMode, String> {
@@ -51,6 +64,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     cfg.macs = args.macs;
     cfg.switch = args.switch;
     cfg.queue_size = args.queue_size;
+    cfg.policies = Policies {
+        moderation: args.moderation,
+        poll: args.poll,
+        contention: args.poll_contention,
+    };
     let server = Server::new(cfg).context("starting the switch")?;
     let handle = server.handle();
     stop_on_signals(handle.clone()).context("installing signal handlers")?;
@@ -63,6 +81,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         eprintln!("port {p}: {}", pairs.join(" "));
+        if let Some((rx, tx)) = handle.queue_counters(p) {
+            eprint!("{}", vmirq_vhost::counters::summary(&[rx, tx]));
+        }
     }
     result.context("serving")?;
     Ok(ExitCode::SUCCESS)
