@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod kvm;
 pub mod netload;
+pub mod netload_peers;
 pub mod replay;
 pub mod serve;
 pub mod serve_net;

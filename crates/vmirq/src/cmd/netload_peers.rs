@@ -1,0 +1,192 @@
+//! The peers `vmirq netload` compares, interleaved in one session: DPDK testpmd's vhost PMD
+//! (started per run by vmirq-netload) and `vmirq serve-net` (this process's own switch,
+//! started per run on sockets in a temporary directory), each with the same clients:
+//! vmirq-netload's interrupt/poll driver and, with `--loopback-reference`, testpmd's
+//! polling virtio-user loopback.
+
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use vmirq_net::queues::Policies;
+use vmirq_net::server::{Server, ServerConfig, ServerHandle};
+use vmirq_netload::bench::Spread;
+use vmirq_netload::peer::{loopback_client, loopback_reference};
+
+/// A peer of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// testpmd's vhost PMD forwarding 0 <-> 1 (2 <-> 3).
+    Testpmd,
+    /// `vmirq serve-net` with fixed pairs.
+    Vmirq,
+}
+
+impl Peer {
+    /// Its name on the command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Testpmd => "testpmd",
+            Self::Vmirq => "vmirq",
+        }
+    }
+}
+
+/// Parse `testpmd` or `vmirq`.
+pub fn parse_peer(s: &str) -> Result<Peer, String> {
+    match s {
+        "testpmd" => Ok(Peer::Testpmd),
+        "vmirq" => Ok(Peer::Vmirq),
+        _ => Err(format!("unknown peer {s:?} (testpmd, vmirq)")),
+    }
+}
+
+/// `vmirq serve-net` running in a thread of this process.
+pub struct VmirqPeer {
+    /// Its sockets, in port order.
+    pub sockets: Vec<PathBuf>,
+    handle: ServerHandle,
+    thread: Option<std::thread::JoinHandle<vmirq_net::server::Result<()>>>,
+}
+
+impl VmirqPeer {
+    /// Start a switch of `ports` ports with sockets in `dir`.
+    pub fn start(dir: &Path, ports: usize, policies: Policies) -> anyhow::Result<Self> {
+        let sockets: Vec<PathBuf> = (0..ports)
+            .map(|i| dir.join(format!("vmirq-net-{i}.sock")))
+            .collect();
+        let mut cfg = ServerConfig::new(sockets.clone());
+        cfg.policies = policies;
+        let server = Server::new(cfg).context("starting vmirq serve-net")?;
+        let handle = server.handle();
+        let thread = std::thread::Builder::new()
+            .name("vmirq-net".into())
+            .spawn(move || server.run())?;
+        Ok(Self {
+            sockets,
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    /// `serve-net` as a command line would say it.
+    pub fn describe(&self, policies: &Policies) -> String {
+        format!(
+            "vmirq serve-net (in process) --moderation {} --poll {}",
+            policies.moderation, policies.poll
+        )
+    }
+
+    /// Stop and join (bounded); returns the per-port counter summary.
+    pub fn stop(mut self) -> anyhow::Result<String> {
+        self.handle.stop();
+        let mut summary = String::new();
+        for (p, c) in self.handle.counters().iter().enumerate() {
+            summary.push_str(&format!(
+                "port {p}: tx_frames={} rx_frames={} dropped={}",
+                c.tx_frames,
+                c.rx_frames,
+                c.dropped()
+            ));
+            if let Some((rx, tx)) = self.handle.queue_counters(p) {
+                summary.push_str(&format!(
+                    " rx_notifications={} rx_held={} tx_kicks={} tx_poll_hits={}\n",
+                    rx.notifications, rx.held, tx.kicks, tx.poll_hits
+                ));
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            let start = Instant::now();
+            while !t.is_finished() {
+                anyhow::ensure!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "serve-net did not stop"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            t.join()
+                .map_err(|_| anyhow::anyhow!("serve-net panicked"))?
+                .context("serve-net")?;
+        }
+        Ok(summary)
+    }
+}
+
+impl Drop for VmirqPeer {
+    fn drop(&mut self) {
+        self.handle.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// testpmd's polling virtio-user loopback through each peer, interleaved `repeat` times;
+/// prints each peer's packets/s and the vmirq/testpmd ratio of each repeat.
+pub fn loopback(
+    peers: &[Peer],
+    repeat: usize,
+    seconds: u32,
+    policies: Policies,
+) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("vmirq-loopback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut pps: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];
+    for r in 0..repeat.max(1) {
+        for (i, peer) in peers.iter().enumerate() {
+            let median = match peer {
+                Peer::Testpmd => loopback_reference(&dir, seconds)
+                    .context("loopback through testpmd")?
+                    .median_pps(),
+                Peer::Vmirq => {
+                    let srv = VmirqPeer::start(&dir, 2, policies)?;
+                    let res = loopback_client(&dir, &srv.sockets, seconds);
+                    let summary = srv.stop()?;
+                    eprint!("{summary}");
+                    res.context("loopback through vmirq serve-net")?
+                        .median_pps()
+                }
+            };
+            #[allow(clippy::cast_precision_loss)] // packet rates are far below 2^52
+            pps[i].push(median as f64);
+            eprintln!("loopback run {r} through {}: {median} pps", peer.as_str());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("testpmd virtio-user loopback (64 B, polling client), packets/s median [min..max]:");
+    for (i, peer) in peers.iter().enumerate() {
+        if let Some(s) = Spread::of(pps[i].clone()) {
+            println!(
+                "  {:<8} {:.0} [{:.0}..{:.0}]",
+                peer.as_str(),
+                s.median,
+                s.min,
+                s.max
+            );
+        }
+    }
+    print_ratio(peers, &pps, "loopback packets/s");
+    Ok(())
+}
+
+/// Print vmirq/testpmd of each repeat (median [min..max]) when both ran.
+pub fn print_ratio(peers: &[Peer], per_peer: &[Vec<f64>], what: &str) {
+    let find = |p| peers.iter().position(|x| *x == p);
+    let (Some(v), Some(t)) = (find(Peer::Vmirq), find(Peer::Testpmd)) else {
+        return;
+    };
+    let ratios: Vec<f64> = per_peer[v]
+        .iter()
+        .zip(&per_peer[t])
+        .filter(|(_, t)| **t > 0.0)
+        .map(|(v, t)| v / t)
+        .collect();
+    if let Some(s) = Spread::of(ratios) {
+        println!(
+            "  vmirq/testpmd {what}: {:.3}x [{:.3}..{:.3}] over {} interleaved repeats",
+            s.median,
+            s.min,
+            s.max,
+            per_peer[v].len().min(per_peer[t].len())
+        );
+    }
+}
