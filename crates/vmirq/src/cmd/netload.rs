@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::netload_peers::{self, parse_peer, print_ratio, Peer, VmirqPeer};
+use super::netload_peers::{self, parse_peer, print_ratio, Peer, Target, VmirqPeer};
 use anyhow::Context;
 use vmirq_net::queues::Policies;
 use vmirq_netload::bench::{bench, run_config, BenchConfig, BenchResult};
@@ -79,9 +79,10 @@ pub struct Args {
     /// (its vhost PMD) and/or `vmirq` (`vmirq serve-net` in this process).
     #[arg(long = "peer", default_value = "testpmd", value_delimiter = ',', value_parser = parse_peer)]
     peers: Vec<Peer>,
-    /// `--moderation` of the `vmirq` peer.
+    /// `--moderation` of the `vmirq` peer; repeat to compare several (each its own peer,
+    /// e.g. `--vmirq-moderation none --vmirq-moderation dim`).
     #[arg(long, default_value = "none", value_name = "SPEC")]
-    vmirq_moderation: ModerationSpec,
+    vmirq_moderation: Vec<ModerationSpec>,
     /// `--poll` of the `vmirq` peer.
     #[arg(long, default_value = "never", value_name = "SPEC")]
     vmirq_poll: WaitSpec,
@@ -106,11 +107,7 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
 
 /// Each peer's session, interleaved: repeat `r` runs every mode against every peer before
 /// repeat `r + 1`.
-fn compare(
-    cfg: &BenchConfig,
-    peers: &[Peer],
-    policies: Policies,
-) -> anyhow::Result<Vec<BenchResult>> {
+fn compare(cfg: &BenchConfig, peers: &[Target]) -> anyhow::Result<Vec<BenchResult>> {
     let dir = std::env::temp_dir().join(format!("vmirq-netload-peers-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut results: Vec<Option<BenchResult>> = vec![None; peers.len()];
@@ -121,15 +118,16 @@ fn compare(
     for _ in 0..cfg.repeat.max(1) {
         for (i, peer) in peers.iter().enumerate() {
             let r = match peer {
-                Peer::Testpmd => bench(&one, |r| eprintln!("testpmd: {}", r.summary()))?,
-                Peer::Vmirq => {
-                    let srv = VmirqPeer::start(&dir, cfg.testpmd_ports, policies)?;
+                Target::Testpmd => bench(&one, |r| eprintln!("testpmd: {}", r.summary()))?,
+                Target::Vmirq(policies) => {
+                    let srv = VmirqPeer::start(&dir, cfg.testpmd_ports, *policies)?;
                     let c = BenchConfig {
                         sockets: srv.sockets.clone(),
                         ..one.clone()
                     };
-                    let mut r = bench(&c, |r| eprintln!("vmirq: {}", r.summary()))?;
-                    r.peer = srv.describe(&policies);
+                    let label = peer.label();
+                    let mut r = bench(&c, |r| eprintln!("{label}: {}", r.summary()))?;
+                    r.peer = srv.describe(policies);
                     eprint!("{}", srv.stop()?);
                     r
                 }
@@ -167,20 +165,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ..PortConfig::default()
         },
     };
-    let policies = Policies {
-        moderation: args.vmirq_moderation,
+    let base = Policies {
         poll: args.vmirq_poll,
         ..Policies::default()
     };
     let peers = if cfg.sockets.is_empty() {
-        args.peers.clone()
+        Target::expand(&args.peers, &args.vmirq_moderation, base)
     } else {
         Vec::new()
     };
     let results = if peers.is_empty() {
         vec![bench(&cfg, |r| eprintln!("{}", r.summary()))?]
     } else {
-        compare(&cfg, &peers, policies)?
+        compare(&cfg, &peers)?
     };
     for result in &results {
         println!("peer: {}", result.peer);
@@ -208,8 +205,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if args.loopback_reference {
-        if peers.len() > 1 || peers.first().is_some_and(|p| *p != Peer::Testpmd) {
-            netload_peers::loopback(&peers, args.repeat, 5, policies)?;
+        if peers.len() > 1 || peers.first().is_some_and(|p| *p != Target::Testpmd) {
+            netload_peers::loopback(&peers, args.repeat, 5)?;
         } else {
             let dir = std::env::temp_dir().join(format!("vmirq-loopback-{}", std::process::id()));
             std::fs::create_dir_all(&dir)?;

@@ -11,8 +11,9 @@ use vmirq_net::queues::Policies;
 use vmirq_net::server::{Server, ServerConfig, ServerHandle};
 use vmirq_netload::bench::Spread;
 use vmirq_netload::peer::{loopback_client, loopback_reference};
+use vmirq_policy::spec::ModerationSpec;
 
-/// A peer of a session.
+/// A peer kind on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Peer {
     /// testpmd's vhost PMD forwarding 0 <-> 1 (2 <-> 3).
@@ -21,13 +22,41 @@ pub enum Peer {
     Vmirq,
 }
 
-impl Peer {
-    /// Its name on the command line.
-    pub const fn as_str(self) -> &'static str {
+/// One peer of a session: testpmd, or serve-net with one set of policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// testpmd's vhost PMD.
+    Testpmd,
+    /// `vmirq serve-net` with these policies.
+    Vmirq(Policies),
+}
+
+impl Target {
+    /// A short label: `testpmd`, `vmirq[none]`, `vmirq[dim]`.
+    pub fn label(&self) -> String {
         match self {
-            Self::Testpmd => "testpmd",
-            Self::Vmirq => "vmirq",
+            Self::Testpmd => "testpmd".into(),
+            Self::Vmirq(p) => format!("vmirq[{}]", p.moderation.name()),
         }
+    }
+
+    /// The targets of `peers`: one `vmirq` target per moderation in `moderations`.
+    pub fn expand(peers: &[Peer], moderations: &[ModerationSpec], base: Policies) -> Vec<Self> {
+        peers
+            .iter()
+            .flat_map(|p| match p {
+                Peer::Testpmd => vec![Self::Testpmd],
+                Peer::Vmirq => moderations
+                    .iter()
+                    .map(|m| {
+                        Self::Vmirq(Policies {
+                            moderation: *m,
+                            ..base
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 }
 
@@ -122,23 +151,18 @@ impl Drop for VmirqPeer {
 
 /// testpmd's polling virtio-user loopback through each peer, interleaved `repeat` times;
 /// prints each peer's packets/s and the vmirq/testpmd ratio of each repeat.
-pub fn loopback(
-    peers: &[Peer],
-    repeat: usize,
-    seconds: u32,
-    policies: Policies,
-) -> anyhow::Result<()> {
+pub fn loopback(peers: &[Target], repeat: usize, seconds: u32) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("vmirq-loopback-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut pps: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];
     for r in 0..repeat.max(1) {
         for (i, peer) in peers.iter().enumerate() {
             let median = match peer {
-                Peer::Testpmd => loopback_reference(&dir, seconds)
+                Target::Testpmd => loopback_reference(&dir, seconds)
                     .context("loopback through testpmd")?
                     .median_pps(),
-                Peer::Vmirq => {
-                    let srv = VmirqPeer::start(&dir, 2, policies)?;
+                Target::Vmirq(policies) => {
+                    let srv = VmirqPeer::start(&dir, 2, *policies)?;
                     let res = loopback_client(&dir, &srv.sockets, seconds);
                     let summary = srv.stop()?;
                     eprint!("{summary}");
@@ -148,7 +172,7 @@ pub fn loopback(
             };
             #[allow(clippy::cast_precision_loss)] // packet rates are far below 2^52
             pps[i].push(median as f64);
-            eprintln!("loopback run {r} through {}: {median} pps", peer.as_str());
+            eprintln!("loopback run {r} through {}: {median} pps", peer.label());
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -157,7 +181,7 @@ pub fn loopback(
         if let Some(s) = Spread::of(pps[i].clone()) {
             println!(
                 "  {:<8} {:.0} [{:.0}..{:.0}]",
-                peer.as_str(),
+                peer.label(),
                 s.median,
                 s.min,
                 s.max
@@ -168,25 +192,28 @@ pub fn loopback(
     Ok(())
 }
 
-/// Print vmirq/testpmd of each repeat (median [min..max]) when both ran.
-pub fn print_ratio(peers: &[Peer], per_peer: &[Vec<f64>], what: &str) {
-    let find = |p| peers.iter().position(|x| *x == p);
-    let (Some(v), Some(t)) = (find(Peer::Vmirq), find(Peer::Testpmd)) else {
+/// Print every target against the first, per repeat (median [min..max]).
+pub fn print_ratio(peers: &[Target], per_peer: &[Vec<f64>], what: &str) {
+    let Some(base) = per_peer.first() else {
         return;
     };
-    let ratios: Vec<f64> = per_peer[v]
-        .iter()
-        .zip(&per_peer[t])
-        .filter(|(_, t)| **t > 0.0)
-        .map(|(v, t)| v / t)
-        .collect();
-    if let Some(s) = Spread::of(ratios) {
-        println!(
-            "  vmirq/testpmd {what}: {:.3}x [{:.3}..{:.3}] over {} interleaved repeats",
-            s.median,
-            s.min,
-            s.max,
-            per_peer[v].len().min(per_peer[t].len())
-        );
+    for (i, peer) in peers.iter().enumerate().skip(1) {
+        let ratios: Vec<f64> = per_peer[i]
+            .iter()
+            .zip(base)
+            .filter(|(_, b)| **b > 0.0)
+            .map(|(v, b)| v / b)
+            .collect();
+        if let Some(s) = Spread::of(ratios) {
+            println!(
+                "  {}/{} {what}: {:.3}x [{:.3}..{:.3}] over {} interleaved repeats",
+                peer.label(),
+                peers[0].label(),
+                s.median,
+                s.min,
+                s.max,
+                per_peer[i].len().min(base.len())
+            );
+        }
     }
 }
