@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
-use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
+use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
+use vmirq_vhost::chain::DescTable;
 use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::{Completions, Submissions};
@@ -234,8 +235,12 @@ impl Fabric {
                 break;
             };
             let head = chain.head_index();
+            let table = DescTable {
+                addr: GuestAddress(q.desc_table()),
+                size: q.size(),
+            };
             let mut bytes = 0;
-            match read_chain(chain, &mut scratch.frame) {
+            match read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame) {
                 Ok(()) => {
                     let frame = &scratch.frame[HDR_LEN..];
                     match self.switch_frame(src, frame, dests, &mut scratch.rx) {
@@ -444,7 +449,7 @@ impl Fabric {
             return None;
         }
         let mrg = a.mrg_rxbuf();
-        let out = deliver(rx.get_queue_mut(), &*mem, frame, mrg, rx_scratch);
+        let out = deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch);
         match out {
             RxOutcome::Delivered(n) => {
                 PortCounters::add(&c.rx_frames, 1);
@@ -575,6 +580,7 @@ impl Dests {
 
 #[derive(Default)]
 struct Scratch {
+    descs: Vec<virtio_queue::desc::split::Descriptor>,
     frame: Vec<u8>,
     rx: RxScratch,
 }

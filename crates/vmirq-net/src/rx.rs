@@ -1,7 +1,8 @@
 //! Writing one frame into a receive queue (virtio 1.2 §5.1.6.3-4): the net header with
 //! `num_buffers`, then the frame, scattered over as many available chains as it needs with
-//! MRG_RXBUF (one chain without). Every receive chain is checked (device-writable
-//! descriptors only, inside guest memory, room for something) before it is used.
+//! MRG_RXBUF (one chain without). Every receive chain is checked (the shared walker's ring
+//! rules, then device-writable descriptors only, room for something; writes outside guest
+//! memory fail) before it is used.
 //!
 //! Outcomes: the frame is delivered; or there is not enough room yet (the chains taken are
 //! put back, nothing is written: the caller waits for the driver to add buffers); or it can
@@ -11,8 +12,11 @@
 
 use crate::virtio::{rx_hdr, HDR_LEN};
 use std::sync::atomic::{fence, Ordering};
+use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
+use vm_memory::GuestMemoryMmap;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+use vmirq_vhost::chain::{walk_chain, DescTable};
 
 /// What happened to a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,15 +44,16 @@ struct Seg {
 /// Reusable buffers of [`deliver`] (no allocation per frame once warm).
 #[derive(Debug, Default)]
 pub struct RxScratch {
+    descs: Vec<Descriptor>,
     segs: Vec<Seg>,
     heads: Vec<u16>,
     used: Vec<u32>,
 }
 
 /// Write `frame` into `q`. `mrg_rxbuf`: whether MRG_RXBUF was negotiated.
-pub fn deliver<M: GuestMemory>(
+pub fn deliver(
     q: &mut Queue,
-    mem: &M,
+    mem: &GuestMemoryMmap,
     frame: &[u8],
     mrg_rxbuf: bool,
     s: &mut RxScratch,
@@ -73,11 +78,16 @@ pub fn deliver<M: GuestMemory>(
             return RxOutcome::NoRoom;
         };
         let index = s.heads.len();
-        s.heads.push(chain.head_index());
+        let head = chain.head_index();
+        s.heads.push(head);
         let mut chain_room = 0u64;
-        let mut bad = false;
-        for d in chain {
-            if !d.is_write_only() {
+        let table = DescTable {
+            addr: GuestAddress(q.desc_table()),
+            size: q.size(),
+        };
+        let mut bad = walk_chain(mem, table, head, &mut s.descs).is_err();
+        for d in &s.descs {
+            if bad || !d.is_write_only() {
                 bad = true;
                 break;
             }

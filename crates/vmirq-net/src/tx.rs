@@ -4,14 +4,14 @@
 //! at least an Ethernet header after it. A chain that fails is completed with length 0 and
 //! its frame dropped and counted; the queue carries on.
 //!
-//! virtio-queue's chain iterator ends a chain silently at an out-of-table `next` index or a
-//! loop (after queue-size descriptors); for a transmit chain that only shortens the frame
-//! the guest sends itself, which is harmless to the switch and every other port.
+//! The chain's shape is checked first by the shared walker (`vmirq_vhost::chain`: index
+//! ranges, loops, chain length, indirect-table rules); virtio-queue's own iterator would end
+//! such a chain silently.
 
 use crate::virtio::{check_tx_hdr, TxHdrError, ETH_HDR_LEN, FRAME_LEN_MAX, HDR_LEN};
-use std::ops::Deref;
-use virtio_queue::DescriptorChain;
-use vm_memory::{Bytes, GuestMemory};
+use virtio_queue::desc::split::Descriptor;
+use vm_memory::{Bytes, GuestMemoryMmap};
+use vmirq_vhost::chain::{walk_chain, DescTable, Violation};
 
 /// Why a transmitted chain is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -31,22 +31,27 @@ pub enum TxError {
     /// The net header asks for an offload.
     #[error("net header: {0}")]
     Header(#[from] TxHdrError),
+    /// The chain breaks a ring rule.
+    #[error("ring rule: {0}")]
+    Ring(#[from] Violation),
 }
 
-/// Read the chain into `buf` (net header included). On success `buf[HDR_LEN..]` is the
-/// Ethernet frame.
+/// Read the chain at `head` of `table` into `buf` (net header included); `descs` is
+/// scratch. On success `buf[HDR_LEN..]` is the Ethernet frame.
 ///
 /// # Errors
 /// [`TxError`]; `buf` then holds a prefix of the chain.
-pub fn read_chain<M>(chain: DescriptorChain<M>, buf: &mut Vec<u8>) -> Result<(), TxError>
-where
-    M: Deref + Clone,
-    M::Target: GuestMemory,
-{
+pub fn read_chain(
+    mem: &GuestMemoryMmap,
+    table: DescTable,
+    head: u16,
+    descs: &mut Vec<Descriptor>,
+    buf: &mut Vec<u8>,
+) -> Result<(), TxError> {
     buf.clear();
-    let mem = chain.memory();
+    walk_chain(mem, table, head, descs)?;
     let limit = HDR_LEN + FRAME_LEN_MAX;
-    for desc in chain.clone() {
+    for desc in descs.iter() {
         if desc.is_write_only() {
             return Err(TxError::Writable);
         }
