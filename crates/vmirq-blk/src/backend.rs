@@ -11,16 +11,15 @@
 use crate::engine::QueueEngine;
 use crate::virtio::{feature, BlkConfig};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringState, VringT};
 use vm_memory::GuestAddressSpace;
+use vmirq_vhost::daemon::{ExitEvents, HasExitEvents};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 pub use vmirq_vhost::GuestMem;
 
@@ -33,9 +32,9 @@ pub struct BlkBackend {
     engines: Vec<Mutex<QueueEngine>>,
     /// Queue bitmask per worker thread.
     masks: Vec<u64>,
-    /// Raw fds of the exit-event consumers handed to the worker epoll loops (see
-    /// [`BlkBackend::exit_consumer_fds`]).
-    exit_fds: Mutex<Vec<RawFd>>,
+    /// The exit events handed to the worker epoll loops (closed by the connection's
+    /// teardown, see [`vmirq_vhost::daemon::ExitEvents`]).
+    exit_events: ExitEvents,
     /// Each queue's vring, remembered from the worker events (vhost-user-backend hands the
     /// vrings only to `handle_event`), so `stop_vring` can complete requests in flight. A
     /// queue that never had an event has nothing in flight.
@@ -78,7 +77,7 @@ impl BlkBackend {
             mem,
             engines,
             masks,
-            exit_fds: Mutex::new(Vec::new()),
+            exit_events: ExitEvents::default(),
             vrings,
             vrings_known: AtomicU64::new(0),
         }
@@ -133,13 +132,6 @@ impl BlkBackend {
     #[must_use]
     pub fn timer_event(&self, q: usize) -> u64 {
         (self.engines.len() + 1 + q) as u64
-    }
-
-    /// The exit-event consumer fds given to vhost-user-backend's worker loops. The library
-    /// registers them with `into_raw_fd` and never closes them; the server closes them after
-    /// the daemon (and so every worker) is gone, so reconnects do not leak descriptors.
-    pub fn take_exit_consumer_fds(&self) -> Vec<RawFd> {
-        std::mem::take(&mut *self.exit_fds.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     fn with_engine<F: FnOnce(&mut QueueEngine, &mut VringState<GuestMem>)>(
@@ -204,6 +196,12 @@ fn global_index(masks: &[u64], thread: usize, local: usize) -> Option<usize> {
     (0..64).filter(|q| mask & (1 << q) != 0).nth(local)
 }
 
+impl HasExitEvents for BlkBackend {
+    fn exit_events(&self) -> &ExitEvents {
+        &self.exit_events
+    }
+}
+
 impl VhostUserBackend for BlkBackend {
     type Bitmap = ();
     type Vring = VringRwLock<GuestMem>;
@@ -259,13 +257,7 @@ impl VhostUserBackend for BlkBackend {
         Ok(())
     }
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let (consumer, notifier) =
-            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
-        self.exit_fds
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(consumer.as_raw_fd());
-        Some((consumer, notifier))
+        self.exit_events.create()
     }
     fn handle_event(
         &self,

@@ -34,7 +34,6 @@ pub mod guest_io;
 pub mod manual_io;
 pub mod request;
 pub mod server;
-pub mod signals;
 pub mod storage;
 #[cfg(feature = "test-utils")]
 pub mod test_device;

@@ -8,7 +8,9 @@
 //! ([`metrics`]); the vhost-user message guard ([`guard`]), which checks every frontend
 //! message before rust-vmm's handler sees it and answers INFLIGHT_SHMFD itself, and the
 //! inflight areas it hands to the queues ([`inflight`]); the descriptor chain walker that
-//! enforces the virtio ring rules on hostile guests ([`chain`]). Behind the `test-utils`
+//! enforces the virtio ring rules on hostile guests ([`chain`]); one guarded frontend
+//! connection's daemon and its leak-free teardown ([`daemon`]); SIGUSR1/SIGINT/SIGTERM
+//! handling for a server process ([`signals`]). Behind the `test-utils`
 //! feature: the driver-side mock guest (`mock_guest`) and an adversarial vhost-user
 //! frontend (`raw_frontend`) for every device's tests and fuzz targets.
 //!
@@ -20,6 +22,7 @@ pub mod chain;
 pub mod clock;
 pub mod counters;
 pub mod cpustat;
+pub mod daemon;
 pub mod guard;
 pub mod inflight;
 pub mod metrics;
@@ -29,6 +32,7 @@ pub mod notify;
 pub mod poll;
 #[cfg(feature = "test-utils")]
 pub mod raw_frontend;
+pub mod signals;
 pub mod timer;
 
 use std::io;

@@ -78,7 +78,7 @@ fn the_first_notify_of_a_batch_signals_at_once_and_the_rest_fold_into_one() {
 }
 
 #[test]
-fn spec_2_7_7_1_no_interrupt_suppresses_signals_without_event_idx() {
+fn verify_spec_2_7_7_1_no_interrupt_suppresses_signals_without_event_idx() {
     let (mut n, c) = notifier("none");
     let mut g = MockGuest::new(16, false);
     g.set_avail_flags(1); // VRING_AVAIL_F_NO_INTERRUPT
@@ -92,7 +92,7 @@ fn spec_2_7_7_1_no_interrupt_suppresses_signals_without_event_idx() {
 }
 
 #[test]
-fn spec_2_7_7_2_event_idx_signals_only_when_the_used_index_passes_used_event() {
+fn verify_spec_2_7_7_2_event_idx_signals_only_when_the_used_index_passes_used_event() {
     let (mut n, c) = notifier("none");
     let mut g = MockGuest::new(16, true);
     g.set_used_event(1);

@@ -143,7 +143,7 @@ pub struct QueueEngine {
     /// Requests in flight and reusable buffers.
     inflight: batch::Inflight,
     /// Inflight-area marks and resubmission (vhost-user INFLIGHT_SHMFD).
-    tracking: tracking::Tracking,
+    tracking: vmirq_vhost::inflight::tracking::Tracking,
 }
 
 impl QueueEngine {
@@ -182,7 +182,7 @@ impl QueueEngine {
             broken_by: None,
             stalled: false,
             inflight,
-            tracking: tracking::Tracking::default(),
+            tracking: vmirq_vhost::inflight::tracking::Tracking::default(),
         })
     }
 

@@ -6,12 +6,13 @@
 //! available ring and clears the mark when the head goes in the used ring
 //! ([`area::QueueLog`]). The frontend keeps the memfd when the backend dies; the next backend
 //! process maps it, and when each ring starts it resubmits the heads still marked, oldest
-//! first, before serving the available ring again (the engine's `tracking` module).
+//! first, before serving the available ring again ([`tracking`], which each device queue holds).
 //!
 //! This module holds what the vhost-user side (the [`crate::guard`], which answers the two
 //! messages) and the queue engines share for one connection: one [`QueueSlot`] per queue.
 
 pub mod area;
+pub mod tracking;
 
 use area::{AreaError, AreaLimits, InflightArea, QueueLog};
 use std::fs::File;

@@ -1,19 +1,23 @@
-//! Signal handling for a server process: SIGUSR1 prints the counters to stderr, SIGINT and
-//! SIGTERM stop the server (its `run` returns, and the caller prints the final counters).
+//! Signal handling for a server process: SIGUSR1 calls a report (a device prints its
+//! counters to stderr), SIGINT and SIGTERM call a stop (the server's `run` returns, and the
+//! caller prints the final counters).
 //!
 //! Signals are blocked in the calling thread and every thread it spawns afterwards, and a
 //! dedicated thread takes them with `sigwait`, so no code runs in signal-handler context.
 
-use crate::counters::summary;
-use crate::server::ServerHandle;
 use std::io;
 
-/// Block SIGINT, SIGTERM and SIGUSR1 and start the thread that handles them. Call this
+/// Block SIGINT, SIGTERM and SIGUSR1 and start the thread that handles them: `report` on
+/// every SIGUSR1, `stop` on the first SIGINT or SIGTERM (then the thread ends). Call this
 /// before the server starts any thread.
 ///
 /// # Errors
 /// When the signal mask cannot be changed or the thread cannot be spawned.
-pub fn install(handle: ServerHandle) -> io::Result<()> {
+pub fn install<R, S>(report: R, stop: S) -> io::Result<()>
+where
+    R: Fn() + Send + 'static,
+    S: FnOnce() + Send + 'static,
+{
     let set = signal_set();
     // SAFETY: `set` is an initialised sigset_t; the old-mask pointer may be null.
     let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
@@ -29,9 +33,9 @@ pub fn install(handle: ServerHandle) -> io::Result<()> {
                 continue;
             }
             if sig == libc::SIGUSR1 {
-                eprint!("{}", summary(&handle.counters()));
+                report();
             } else {
-                handle.stop();
+                stop();
                 return;
             }
         })?;
