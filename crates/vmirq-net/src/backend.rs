@@ -16,10 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VhostUserBackend;
+use vmirq_vhost::daemon::{ExitEvents, HasExitEvents};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Epoll event id of the attach eventfd.
@@ -40,7 +39,7 @@ pub struct NetBackend {
     rx_ctl: Arc<Mutex<RxCtl>>,
     tx_ctl: Arc<Mutex<TxCtl>>,
     attach: EventFd,
-    exit_fds: Mutex<Vec<RawFd>>,
+    exit: ExitEvents,
 }
 
 impl NetBackend {
@@ -71,7 +70,7 @@ impl NetBackend {
             mem,
             features: Arc::new(AtomicU64::new(0)),
             attach: EventFd::new(EFD_NONBLOCK)?,
-            exit_fds: Mutex::new(Vec::new()),
+            exit: ExitEvents::default(),
         })
     }
 
@@ -97,12 +96,11 @@ impl NetBackend {
     pub fn attach(&self) -> io::Result<()> {
         self.attach.write(1)
     }
+}
 
-    /// The exit-event consumer fds given to vhost-user-backend's worker loop, which
-    /// registers them with `into_raw_fd` and never closes them; the server closes them
-    /// after the daemon is gone.
-    pub fn take_exit_consumer_fds(&self) -> Vec<RawFd> {
-        std::mem::take(&mut *self.exit_fds.lock().unwrap_or_else(PoisonError::into_inner))
+impl HasExitEvents for NetBackend {
+    fn exit_events(&self) -> &ExitEvents {
+        &self.exit
     }
 }
 
@@ -141,13 +139,7 @@ impl VhostUserBackend for NetBackend {
         vec![(1 << QUEUES) - 1]
     }
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let (consumer, notifier) =
-            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
-        self.exit_fds
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(consumer.as_raw_fd());
-        Some((consumer, notifier))
+        self.exit.create()
     }
     fn handle_event(
         &self,

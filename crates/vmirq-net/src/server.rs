@@ -1,24 +1,29 @@
 //! The server: one vhost-user socket per port, each served by its own thread that accepts
 //! one frontend at a time. Each connection gets a fresh device (backend, daemon, worker
-//! thread); when the frontend goes away the port is detached from the fabric, the device is
-//! torn down (worker joined, fds closed, guest memory unmapped) and the next frontend is
-//! accepted on the same socket. Counters live in the fabric and survive reconnects.
+//! thread) behind vmirq-vhost's message guard (every vhost-user message checked before
+//! rust-vmm's handler sees it); when the frontend goes away the port is detached from the
+//! fabric, the device is torn down (worker joined, fds closed, guest memory unmapped) and
+//! the next frontend is accepted on the same socket. Counters live in the fabric and
+//! survive reconnects.
 
 use crate::backend::{NetBackend, ATTACH_EVENT, RX_TIMER_EVENT, TX_TIMER_EVENT};
 use crate::counters::PortSnapshot;
 use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
 use crate::queues::Policies;
 use crate::switch::{Switch, SwitchMode};
-use crate::virtio::{default_mac, Mac, NetConfig, S_LINK_UP};
+use crate::virtio::{default_mac, Mac, NetConfig, QUEUES, S_LINK_UP};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::Listener;
-use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vhost_user_backend::ShutdownHandle;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmirq_vhost::counters::{CounterSet, QueueSnapshot};
+use vmirq_vhost::daemon::{readable, Connection, GuardedDaemon};
+use vmirq_vhost::guard::rules::Limits;
 use vmm_sys_util::epoll::EventSet;
 
 /// How often an accept loop checks for a stop request, in milliseconds.
@@ -236,12 +241,7 @@ impl Server {
     }
 }
 
-fn serve_port(
-    cfg: &ServerConfig,
-    h: &ServerHandle,
-    port: usize,
-    mut listener: Listener,
-) -> Result<()> {
+fn serve_port(cfg: &ServerConfig, h: &ServerHandle, port: usize, listener: Listener) -> Result<()> {
     let mac = cfg
         .macs
         .get(port)
@@ -251,18 +251,25 @@ fn serve_port(
         if !readable(listener.as_raw_fd(), ACCEPT_POLL_MS)? {
             continue;
         }
-        serve_connection(cfg, h, port, mac, &mut listener)?;
+        let frontend = listener.accept().map_err(|source| ServerError::Listen {
+            path: cfg.sockets[port].clone(),
+            source,
+        })?;
+        if let Some(frontend) = frontend {
+            serve_connection(cfg, h, port, mac, frontend)?;
+        }
     }
     Ok(())
 }
 
-/// Serve one frontend of `port` until it disconnects or the server stops.
+/// Serve one frontend of `port` until it disconnects or the server stops. Every message
+/// passes vmirq-vhost's guard before vhost-user-backend's handler sees it.
 fn serve_connection(
     cfg: &ServerConfig,
     h: &ServerHandle,
     port: usize,
     mac: Mac,
-    listener: &mut Listener,
+    frontend: UnixStream,
 ) -> Result<()> {
     let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let config = NetConfig {
@@ -277,15 +284,27 @@ fn serve_connection(
         mem.clone(),
         &cfg.policies,
     )?);
-    let mut daemon = VhostUserDaemon::new(format!("vmirq-net{port}"), Arc::clone(&backend), mem)
-        .map_err(daemon_error)?;
     let (rx_timer, tx_timer) = backend.timer_fds();
-    for handler in daemon.get_epoll_handlers() {
-        handler.register_listener(backend.attach_fd(), EventSet::IN, ATTACH_EVENT)?;
-        handler.register_listener(rx_timer, EventSet::IN, RX_TIMER_EVENT)?;
-        handler.register_listener(tx_timer, EventSet::IN, TX_TIMER_EVENT)?;
-    }
-    daemon.start(listener).map_err(daemon_error)?;
+    let attach = backend.attach_fd();
+    let connection = Connection {
+        name: "vmirq-net",
+        backend: Arc::clone(&backend),
+        mem,
+        limits: Limits {
+            queues: u16::try_from(QUEUES).unwrap_or(u16::MAX),
+            max_queue_size: cfg.queue_size,
+        },
+        inflight: None,
+    };
+    let mut conn = GuardedDaemon::start(frontend, connection, |daemon| {
+        for handler in daemon.get_epoll_handlers() {
+            handler.register_listener(attach, EventSet::IN, ATTACH_EVENT)?;
+            handler.register_listener(rx_timer, EventSet::IN, RX_TIMER_EVENT)?;
+            handler.register_listener(tx_timer, EventSet::IN, TX_TIMER_EVENT)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| ServerError::Daemon(e.to_string()))?;
     backend.attach()?;
     if let Some(slot) = h.fabric.slot(port) {
         slot.counters.connections.fetch_add(1, Ordering::Relaxed);
@@ -294,55 +313,17 @@ fn serve_connection(
     h.serving[port].store(true, Ordering::Release);
     *h.current[port]
         .lock()
-        .unwrap_or_else(PoisonError::into_inner) = daemon.shutdown_handle();
+        .unwrap_or_else(PoisonError::into_inner) = conn.shutdown_handle();
     if h.stop.load(Ordering::Acquire) {
-        daemon.request_shutdown();
+        conn.request_shutdown();
     }
     tracing::info!(port, "frontend connected");
-    match daemon.wait() {
-        Ok(())
-        | Err(vhost_user_backend::Error::HandleRequest(
-            vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
-        )) => tracing::info!(port, "frontend disconnected"),
-        Err(e) => tracing::warn!(port, error = %e, "frontend connection ended with an error"),
-    }
+    conn.wait();
     *h.current[port]
         .lock()
         .unwrap_or_else(PoisonError::into_inner) = None;
     h.fabric.detach(port);
-    drop(daemon); // sends the exit event and joins the worker thread
-    for fd in backend.take_exit_consumer_fds() {
-        // SAFETY: these eventfds were created by NetBackend::exit_event and handed to
-        // vhost-user-backend, which only registered them in the worker's epoll with
-        // `into_raw_fd` and never closes them. The daemon and its worker (and its epoll fd)
-        // are gone now, so nothing else refers to these descriptors.
-        unsafe { libc::close(fd) };
-    }
+    conn.finish();
     h.serving[port].store(false, Ordering::Release);
     Ok(())
-}
-
-/// vhost-user-backend's error is neither `Sync` nor `std::error::Error`; keep its text.
-fn daemon_error(e: vhost_user_backend::Error) -> ServerError {
-    ServerError::Daemon(e.to_string())
-}
-
-/// Wait up to `timeout_ms` for `fd` to become readable.
-fn readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is one valid pollfd and the count is 1.
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
 }

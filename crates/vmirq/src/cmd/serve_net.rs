@@ -3,7 +3,6 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vmirq_net::queues::Policies;
@@ -58,7 +57,7 @@ fn parse_mac(s: &str) -> Result<Mac, String> {
     Ok(mac)
 }
 
-/// Serve until SIGINT/SIGTERM; print every port's counters at the end.
+/// Serve until SIGINT/SIGTERM; print every port's counters at the end (and on SIGUSR1).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut cfg = ServerConfig::new(args.sockets);
     cfg.macs = args.macs;
@@ -71,8 +70,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let server = Server::new(cfg).context("starting the switch")?;
     let handle = server.handle();
-    stop_on_signals(handle.clone()).context("installing signal handlers")?;
+    let (report, stop) = (handle.clone(), handle.clone());
+    vmirq_vhost::signals::install(move || eprint!("{}", summary(&report)), move || stop.stop())
+        .context("installing signal handlers")?;
     let result = server.run();
+    eprint!("{}", summary(&handle));
+    result.context("serving")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line per port: its switch counters, then its queues' generic counters.
+fn summary(handle: &ServerHandle) -> String {
+    let mut out = String::new();
     for (p, c) in handle.counters().iter().enumerate() {
         let pairs: Vec<String> = c
             .pairs()
@@ -80,42 +89,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .filter(|(_, v)| *v != 0)
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        eprintln!("port {p}: {}", pairs.join(" "));
+        out.push_str(&format!("port {p}: {}\n", pairs.join(" ")));
         if let Some((rx, tx)) = handle.queue_counters(p) {
-            eprint!("{}", vmirq_vhost::counters::summary(&[rx, tx]));
+            out.push_str(&vmirq_vhost::counters::summary(&[rx, tx]));
         }
     }
-    result.context("serving")?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Block SIGINT and SIGTERM in this thread (and every thread spawned later) and stop the
-/// server from a thread that takes them with `sigwait`.
-fn stop_on_signals(handle: ServerHandle) -> io::Result<()> {
-    // SAFETY: sigemptyset/sigaddset initialise the local set; pthread_sigmask accepts a
-    // null old-mask pointer.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        let ret = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if ret != 0 {
-            return Err(io::Error::from_raw_os_error(ret));
-        }
-        set
-    };
-    std::thread::Builder::new()
-        .name("vmirq-signals".to_owned())
-        .spawn(move || loop {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: `set` is initialised and `sig` is a valid out pointer.
-            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-                handle.stop();
-                return;
-            }
-        })?;
-    Ok(())
+    out
 }
 
 #[cfg(test)]
