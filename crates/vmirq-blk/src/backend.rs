@@ -8,16 +8,17 @@
 //! `2 * queues + 1 + q` its storage completion fd, if it has one (both registered by the
 //! server after the daemon is created).
 
-use crate::engine::QueueEngine;
+use crate::engine::{Dropped, QueueEngine};
 use crate::virtio::{feature, BlkConfig};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringState, VringT};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use vm_memory::GuestAddressSpace;
 use vmirq_vhost::daemon::{ExitEvents, HasExitEvents};
+use vmirq_vhost::LiveRing;
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
@@ -108,6 +109,16 @@ impl BlkBackend {
         &self.masks
     }
 
+    /// The frontend is gone: detach every queue engine (wait for its storage in flight and
+    /// forget those requests; see [`QueueEngine::detach`]). Returns the totals.
+    pub fn detach(&self) -> Dropped {
+        let mut total = Dropped::default();
+        for e in &self.engines {
+            total.add(e.lock().unwrap_or_else(PoisonError::into_inner).detach());
+        }
+        total
+    }
+
     /// Hold-timer fd of queue `q`.
     #[must_use]
     pub fn timer_fd(&self, q: usize) -> Option<RawFd> {
@@ -134,7 +145,7 @@ impl BlkBackend {
         (self.engines.len() + 1 + q) as u64
     }
 
-    fn with_engine<F: FnOnce(&mut QueueEngine, &mut VringState<GuestMem>)>(
+    fn with_engine<F: FnOnce(&mut QueueEngine, &mut LiveRing<'_>)>(
         &self,
         q: usize,
         vrings: &[VringRwLock<GuestMem>],
@@ -149,7 +160,13 @@ impl BlkBackend {
         };
         let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
         let mut state = vring.get_mut();
-        f(&mut engine, &mut state);
+        f(
+            &mut engine,
+            &mut LiveRing {
+                state: &mut state,
+                mem: &self.mem,
+            },
+        );
     }
 }
 
@@ -226,6 +243,14 @@ impl VhostUserBackend for BlkBackend {
             e.lock().unwrap_or_else(PoisonError::into_inner).reset();
         }
     }
+    fn acked_features(&self, features: u64) {
+        let indirect = features & bit(feature::RING_INDIRECT_DESC) != 0;
+        for e in &self.engines {
+            e.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_indirect_desc(indirect);
+        }
+    }
     fn set_event_idx(&self, _enabled: bool) {
         // vhost-user-backend sets EVENT_IDX on each vring's queue; the engine asks the queue.
     }
@@ -252,7 +277,12 @@ impl VhostUserBackend for BlkBackend {
             let mem = self.mem.memory().into_inner();
             // Same lock order as the worker (engine, then vring).
             let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
-            engine.on_stop(&mut *vring.get_mut(), &mem);
+            let mut state = vring.get_mut();
+            let mut ring = LiveRing {
+                state: &mut state,
+                mem: &self.mem,
+            };
+            engine.on_stop(&mut ring, &mem);
         }
         Ok(())
     }

@@ -11,7 +11,7 @@
 use crate::backend::{BlkBackend, DeviceParams, GuestMem};
 use crate::config::{DiskSpec, ServerConfig};
 use crate::counters::{BlkQueueCounters, CounterSnapshot};
-use crate::engine::{EngineParts, QueueEngine};
+use crate::engine::{Dropped, EngineParts, QueueEngine};
 use crate::guard::rules::Limits;
 use crate::inflight::InflightState;
 use crate::request::DiskGeometry;
@@ -63,6 +63,7 @@ pub struct ServerHandle {
     counters: Arc<Vec<Arc<BlkQueueCounters>>>,
     connections: Arc<AtomicU64>,
     serving: Arc<AtomicBool>,
+    dropped: Arc<Mutex<Dropped>>,
 }
 
 impl ServerHandle {
@@ -106,6 +107,14 @@ impl ServerHandle {
         )
     }
 
+    /// Requests that were in flight when their frontend went away, over every connection so
+    /// far: storage finished them (or failed them, or not within the timeout), nobody
+    /// completed them.
+    #[must_use]
+    pub fn dropped_in_flight(&self) -> Dropped {
+        *self.dropped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Frontend connections accepted so far.
     #[must_use]
     pub fn connections(&self) -> u64 {
@@ -142,6 +151,7 @@ impl Server {
             counters: Arc::new(counters),
             connections: Arc::new(AtomicU64::new(0)),
             serving: Arc::new(AtomicBool::new(false)),
+            dropped: Arc::new(Mutex::new(Dropped::default())),
         };
         Ok(Self {
             config,
@@ -235,6 +245,25 @@ impl Server {
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
+        // Storage in flight is waited for before the worker threads exit, not after: io_uring
+        // ties an operation to the thread that submitted it, and when that thread exits the
+        // kernel cancels what has not reached the device (-ECANCELED, or -EFAULT for a retry
+        // queued to the exiting thread). Each request keeps its guest memory mapped until its
+        // operation is reaped; none is completed (the rings are the gone frontend's).
+        let dropped = backend.detach();
+        if dropped != Dropped::default() {
+            tracing::info!(
+                requests = dropped.requests,
+                failed = dropped.failed,
+                unfinished = dropped.unfinished,
+                "requests in flight when the frontend went away: storage finished, not completed"
+            );
+        }
+        self.handle
+            .dropped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(dropped);
         conn.finish();
         self.handle.serving.store(false, Ordering::Release);
         Ok(())

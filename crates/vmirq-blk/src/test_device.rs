@@ -66,6 +66,8 @@ pub struct DeviceOpts {
     pub queue_size: u16,
     /// Negotiate EVENT_IDX.
     pub event_idx: bool,
+    /// Negotiate VIRTIO_F_RING_INDIRECT_DESC.
+    pub indirect_desc: bool,
     /// RAM disk size in bytes.
     pub disk_bytes: u64,
     /// Read-only disk.
@@ -90,6 +92,7 @@ impl Default for DeviceOpts {
         Self {
             queue_size: 64,
             event_idx: false,
+            indirect_desc: true,
             disk_bytes: 1 << 20,
             read_only: false,
             moderation: vmirq_policy::spec::ModerationSpec::None,
@@ -158,7 +161,8 @@ impl TestDevice {
             counters: std::sync::Arc::clone(&counters),
             max_batches_per_event: o.max_batches_per_event,
         };
-        let engine = crate::engine::QueueEngine::new(parts).expect("engine");
+        let mut engine = crate::engine::QueueEngine::new(parts).expect("engine");
+        engine.set_indirect_desc(o.indirect_desc);
         Self {
             guest: MockGuest::new(o.queue_size, o.event_idx),
             engine,

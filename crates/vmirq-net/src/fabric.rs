@@ -23,7 +23,7 @@ use crate::tx::{read_chain, TxError};
 use crate::virtio::{F_MRG_RXBUF, HDR_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use vhost_user_backend::{VringRwLock, VringState, VringT};
+use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
@@ -32,6 +32,7 @@ use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::{Completions, Submissions};
 use vmirq_vhost::poll::{has_work, PollStart};
+use vmirq_vhost::LiveRing;
 
 /// Guest memory as the vhost-user machinery shares it.
 pub use vmirq_vhost::GuestMem;
@@ -182,10 +183,14 @@ impl Fabric {
             return;
         }
         let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ring = LiveRing {
+            state: &mut tx,
+            mem: &me.mem,
+        };
         SCRATCH.with_borrow_mut(|scratch| {
             let mut dests = Dests::default();
             loop {
-                let end = self.tx_batch(src, &mut tx, &mut ctl, &mem, &mut dests, scratch);
+                let end = self.tx_batch(src, &mut ring, &mut ctl, &mem, &mut dests, scratch);
                 self.flush_dests(&mut dests);
                 match end {
                     BatchEnd::More => continue,
@@ -194,10 +199,10 @@ impl Fabric {
                 }
                 // Empty: re-enable kicks and look again (§2.7.10: the driver may have added
                 // buffers before it saw the notification flag or event index).
-                if tx.enable_notification().unwrap_or(false) {
+                if ring.state.enable_notification().unwrap_or(false) {
                     continue;
                 }
-                if ctl.notifier.resuming() || !self.kick_wait(src, &me, &mut tx, &mut ctl, &mem) {
+                if ctl.notifier.resuming() || !self.kick_wait(src, &me, &mut ring, &mut ctl, &mem) {
                     return;
                 }
             }
@@ -208,7 +213,7 @@ impl Fabric {
     fn tx_batch(
         &self,
         src: usize,
-        tx: &mut VringState<GuestMem>,
+        tx: &mut LiveRing<'_>,
         ctl: &mut TxCtl,
         mem: &GuestMemoryMmap,
         dests: &mut Dests,
@@ -219,7 +224,7 @@ impl Fabric {
         let mut batch = ctl.notifier.completions();
         let mut end = BatchEnd::More;
         for _ in 0..TX_BATCH {
-            let q = tx.get_queue_mut();
+            let q = tx.state.get_queue_mut();
             let start = q.next_avail();
             let chain = match q.iter(mem) {
                 Ok(mut it) => it.next(),
@@ -238,6 +243,7 @@ impl Fabric {
             let table = DescTable {
                 addr: GuestAddress(q.desc_table()),
                 size: q.size(),
+                indirect: false,
             };
             let mut bytes = 0;
             match read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame) {
@@ -293,7 +299,7 @@ impl Fabric {
         &self,
         src: usize,
         me: &Attached,
-        tx: &mut VringState<GuestMem>,
+        tx: &mut LiveRing<'_>,
         ctl: &mut TxCtl,
         mem: &GuestMemoryMmap,
     ) -> bool {
@@ -360,7 +366,11 @@ impl Fabric {
             let mut tx = me.tx.get_mut();
             let mem = me.mem.memory();
             let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-            ctl.notifier.take_expiry() && ctl.notifier.on_timer(&mut *tx, &mem).unwrap_or(false)
+            let mut ring = LiveRing {
+                state: &mut tx,
+                mem: &me.mem,
+            };
+            ctl.notifier.take_expiry() && ctl.notifier.on_timer(&mut ring, &mem).unwrap_or(false)
         };
         if resume {
             self.service_tx(p);

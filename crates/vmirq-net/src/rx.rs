@@ -84,6 +84,7 @@ pub fn deliver(
         let table = DescTable {
             addr: GuestAddress(q.desc_table()),
             size: q.size(),
+            indirect: false,
         };
         let mut bad = walk_chain(mem, table, head, &mut s.descs).is_err();
         for d in &s.descs {

@@ -12,6 +12,8 @@
 //! - the head and every `next` index lie inside the table they index;
 //! - a chain has no more descriptors than its table has entries (more means a loop), and in
 //!   total no more than the queue size (at least [`CHAIN_MAX`]);
+//! - INDIRECT is only used when VIRTIO_F_RING_INDIRECT_DESC was negotiated (§2.7.5.3.1: the
+//!   driver MUST NOT set it otherwise);
 //! - a descriptor with INDIRECT has no NEXT, a non-zero length that is a multiple of 16,
 //!   at most queue-size entries, lies inside guest memory, and is not itself inside an
 //!   indirect table (zero or more direct descriptors followed by one indirect one is allowed,
@@ -75,6 +77,9 @@ pub enum Violation {
         /// The limit: the queue size, at least [`CHAIN_MAX`].
         limit: u32,
     },
+    /// INDIRECT in a chain although VIRTIO_F_RING_INDIRECT_DESC was not negotiated.
+    #[error("INDIRECT descriptor although VIRTIO_F_RING_INDIRECT_DESC was not negotiated")]
+    IndirectNotNegotiated,
     /// INDIRECT and NEXT set in the same descriptor.
     #[error("descriptor has both INDIRECT and NEXT")]
     IndirectWithNext,
@@ -146,6 +151,8 @@ pub struct DescTable {
     pub addr: GuestAddress,
     /// Entries (the queue size).
     pub size: u16,
+    /// VIRTIO_F_RING_INDIRECT_DESC was negotiated (INDIRECT descriptors are allowed).
+    pub indirect: bool,
 }
 
 /// The table the walk is currently in.
@@ -213,6 +220,9 @@ fn walk_ring(
     loop {
         let d = read(mem, at, index)?;
         if d.flags() & F_INDIRECT != 0 {
+            if !table.indirect {
+                return Err(Violation::IndirectNotNegotiated);
+            }
             at = enter_indirect(mem, &d, at, table.size)?;
             index = 0;
             continue;
@@ -328,6 +338,7 @@ mod tests {
     const TABLE: DescTable = DescTable {
         addr: GuestAddress(0),
         size: 8,
+        indirect: true,
     };
 
     fn mem() -> GuestMemoryMmap {
@@ -477,6 +488,7 @@ mod tests {
         let table = DescTable {
             addr: GuestAddress(0xFFF8),
             size: 8,
+            indirect: true,
         };
         let mut out = Vec::new();
         assert_eq!(

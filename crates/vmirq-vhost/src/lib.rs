@@ -37,9 +37,10 @@ pub mod timer;
 
 use std::io;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use vhost_user_backend::VringState;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 /// Guest memory as the vhost-user machinery shares it.
 pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap>;
@@ -75,17 +76,38 @@ pub trait Ring {
             .map_err(virtio_queue::Error::GuestMemory)?;
         Ok(flags & VRING_AVAIL_F_NO_INTERRUPT == 0)
     }
+
+    /// Guest memory as it is now, when another thread can change it while the device works
+    /// (vhost-user: the frontend's memory-table messages are handled beside the worker, and
+    /// a request published after their ack may point into a region the worker's snapshot
+    /// lacks). `None`: the snapshot the device was called with stays current.
+    fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
+        None
+    }
 }
 
 /// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks for no used-buffer notifications.
 const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
 
-impl Ring for VringState<GuestMem> {
+/// A vhost-user vring as a device's queue sees it: the vring's queue and call fd, and the
+/// device's guest memory, which the frontend's memory-table messages change from another
+/// thread (so [`Ring::current_memory`] reads it anew).
+pub struct LiveRing<'a> {
+    /// The vring (locked by the caller).
+    pub state: &'a mut VringState<GuestMem>,
+    /// The device's guest memory.
+    pub mem: &'a GuestMem,
+}
+
+impl Ring for LiveRing<'_> {
     fn queue_mut(&mut self) -> &mut Queue {
-        self.get_queue_mut()
+        self.state.get_queue_mut()
     }
     fn signal(&self) -> io::Result<()> {
-        self.signal_used_queue()
+        self.state.signal_used_queue()
+    }
+    fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
+        Some(self.mem.memory().into_inner())
     }
 }
 

@@ -316,9 +316,9 @@ impl QueueNotifier {
         self.follow(decision)
     }
 
-    /// Signal the driver unless it suppressed signals: EVENT_IDX (`used_event` not passed),
-    /// or without EVENT_IDX the available ring's NO_INTERRUPT flag (VIRTIO 1.2 §2.7.7.1; not
-    /// handled by virtio-queue's `needs_notification`). Counts the signal or its suppression.
+    /// Signal the driver unless it suppressed signals ([`Ring::needs_notification`]:
+    /// EVENT_IDX's `used_event` not passed, or without EVENT_IDX the available ring's
+    /// NO_INTERRUPT flag). Counts the signal or its suppression.
     ///
     /// # Errors
     /// When the rings or the call eventfd cannot be accessed.

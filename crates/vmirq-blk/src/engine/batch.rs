@@ -14,6 +14,7 @@ use crate::guest_io;
 use crate::request::{self, Failure, Request, RequestType};
 use crate::storage::{Done, Io, IoKind};
 use crate::virtio::status;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -93,6 +94,11 @@ impl Inflight {
         }
     }
 
+    /// Operations storage reported finished but failed, not yet taken.
+    pub(super) fn failed_done(&self) -> usize {
+        self.done.iter().filter(|d| !d.ok).count()
+    }
+
     /// Forget every request (after the device reset; their storage has finished).
     pub(super) fn clear(&mut self) {
         for (tag, p) in self.pending.iter_mut().enumerate() {
@@ -119,14 +125,26 @@ impl QueueEngine {
         let mut subs = Submissions::default();
         let mut popped = 0usize;
         let mut broken = None;
+        // The available index first, then the memory the chains are translated with: every
+        // chain counted here was published after any memory-table change the frontend saw
+        // acknowledged, so the memory read after it has that change (the snapshot the event,
+        // or a long poll, started with may not). Only the chains counted here are popped.
+        let available = {
+            let queue = ring.queue_mut();
+            let avail = queue.avail_idx(&**mem, Ordering::Acquire)?;
+            usize::from(avail.0.wrapping_sub(queue.next_avail()))
+        };
+        let fresh = ring.current_memory();
+        let mem = fresh.as_ref().unwrap_or(mem);
         {
             let queue = ring.queue_mut();
             let table = DescTable {
                 addr: GuestAddress(queue.desc_table()),
                 size: queue.size(),
+                indirect: self.indirect_desc,
             };
             let mut chains = queue.iter(&**mem)?;
-            while !self.inflight.free.is_empty() {
+            while popped < available && !self.inflight.free.is_empty() {
                 let Some(chain) = chains.next() else { break };
                 popped += 1;
                 let head = chain.head_index();

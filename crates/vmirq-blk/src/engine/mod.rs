@@ -36,6 +36,27 @@ use vmirq_vhost::poll::KickPoller;
 
 pub use vmirq_vhost::Ring;
 
+/// What became of the requests whose storage operations were in flight when the engine was
+/// detached from its frontend ([`QueueEngine::detach`]). None of them is completed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// Requests in flight (their storage operations were waited for, then forgotten).
+    pub requests: u64,
+    /// Operations storage reported failed (e.g. cancelled by the kernel).
+    pub failed: u64,
+    /// Operations still running after [`QUIESCE_TIMEOUT_MS`] (their memory stays mapped).
+    pub unfinished: u64,
+}
+
+impl Dropped {
+    /// Add `other`'s counts to these.
+    pub fn add(&mut self, other: Dropped) {
+        self.requests += other.requests;
+        self.failed += other.failed;
+        self.unfinished += other.unfinished;
+    }
+}
+
 /// How long a reset or teardown waits for storage operations in flight before it gives up
 /// (and leaks their guest-memory mappings rather than let the kernel write into memory that
 /// could be reused).
@@ -144,6 +165,11 @@ pub struct QueueEngine {
     inflight: batch::Inflight,
     /// Inflight-area marks and resubmission (vhost-user INFLIGHT_SHMFD).
     tracking: vmirq_vhost::inflight::tracking::Tracking,
+    /// The driver negotiated VIRTIO_F_RING_INDIRECT_DESC: without it an INDIRECT
+    /// descriptor breaks the queue.
+    indirect_desc: bool,
+    /// The frontend is gone: nothing is read from or written to the rings again.
+    detached: bool,
 }
 
 impl QueueEngine {
@@ -183,6 +209,8 @@ impl QueueEngine {
             stalled: false,
             inflight,
             tracking: vmirq_vhost::inflight::tracking::Tracking::default(),
+            indirect_desc: false,
+            detached: false,
         })
     }
 
@@ -230,9 +258,15 @@ impl QueueEngine {
         self.broken_by.filter(|_| self.broken)
     }
 
+    /// The features the driver acknowledged: whether it negotiated
+    /// VIRTIO_F_RING_INDIRECT_DESC (until it says so, INDIRECT descriptors are refused).
+    pub fn set_indirect_desc(&mut self, negotiated: bool) {
+        self.indirect_desc = negotiated;
+    }
+
     /// The driver reset the device: forget a broken state and any held-completion timer.
     pub fn reset(&mut self) {
-        self.quiesce();
+        let _ = self.quiesce();
         self.recover("device reset");
     }
 
@@ -249,14 +283,29 @@ impl QueueEngine {
         self.notifier.clear(self.parts.index);
     }
 
+    /// The frontend is gone (it disconnected, or the server stops): wait for the storage
+    /// operations in flight, forget their requests without completing them (nobody reads
+    /// the rings any more; with an inflight area the next connection resubmits them), and
+    /// ignore every later event but storage completions. Call it while the worker thread that
+    /// submitted the operations is still alive: io_uring cancels the operations of a thread
+    /// that exits (see `Server::serve_connection`).
+    pub fn detach(&mut self) -> Dropped {
+        let dropped = self.quiesce();
+        self.detached = true;
+        self.notifier.clear(self.parts.index);
+        dropped
+    }
+
     /// Wait for storage operations in flight and forget their requests (the driver reset
     /// the device, or the connection is going away). Operations that do not finish within
     /// [`QUIESCE_TIMEOUT_MS`] keep their guest memory mapped for the life of the process.
-    fn quiesce(&mut self) {
-        if self.inflight.len() == 0 && self.parts.io.in_flight() == 0 {
-            return;
+    fn quiesce(&mut self) -> Dropped {
+        let requests = self.inflight.len();
+        if requests == 0 && self.parts.io.in_flight() == 0 {
+            return Dropped::default();
         }
         self.wait_for_storage(QUIESCE_TIMEOUT_MS);
+        let failed = self.inflight.failed_done();
         let unfinished = self.parts.io.in_flight();
         if unfinished > 0 {
             tracing::error!(
@@ -268,11 +317,17 @@ impl QueueEngine {
         }
         tracing::debug!(queue = self.parts.index, "dropped requests in flight");
         self.inflight.clear();
+        let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
+        Dropped {
+            requests: n(requests),
+            failed: n(failed),
+            unfinished: n(unfinished),
+        }
     }
 
     /// Storage finished operations (the completion fd became readable).
     pub fn on_io(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
-        if self.broken {
+        if self.broken || self.detached {
             // Nobody completes requests on a broken queue, but storage must still be reaped,
             // or its level-triggered completion fd would keep the worker spinning.
             self.discard_finished();
@@ -300,8 +355,11 @@ impl QueueEngine {
     /// a broken queue is completed), and the queue serves again once the frontend restarts
     /// the ring.
     pub fn on_stop(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
+        if self.detached {
+            return;
+        }
         if self.broken {
-            self.quiesce();
+            let _ = self.quiesce();
             self.recover("the frontend stopped the ring");
             return;
         }
@@ -344,7 +402,7 @@ impl QueueEngine {
     where
         F: FnOnce(&mut Self, &mut dyn Ring, &Arc<GuestMemoryMmap>) -> Result<(), EngineError>,
     {
-        if self.broken {
+        if self.broken || self.detached {
             return;
         }
         if let Err(e) = f(self, ring, mem) {
@@ -420,7 +478,7 @@ impl QueueEngine {
 impl Drop for QueueEngine {
     fn drop(&mut self) {
         // The kernel must be done with guest buffers before their mapping can go away.
-        self.quiesce();
+        let _ = self.quiesce();
     }
 }
 

@@ -52,6 +52,7 @@ impl QueueEngine {
             DescTable {
                 addr: GuestAddress(q.desc_table()),
                 size: q.size(),
+                indirect: self.indirect_desc,
             }
         };
         let mut subs = Submissions::default();

@@ -237,6 +237,33 @@ fn nested_indirect_table(o: DeviceOpts) {
     );
 }
 
+/// An INDIRECT descriptor when VIRTIO_F_RING_INDIRECT_DESC was not negotiated (virtio 1.2
+/// §2.7.5.3.1: the driver MUST NOT set it then). QEMU and Linux vhost follow such a table
+/// anyway; here it breaks the queue like any other ring rule. The same sound table is served
+/// once the feature is negotiated.
+fn indirect_descriptor_without_the_feature(o: DeviceOpts) {
+    let build: Build = |g| {
+        let t = good_table(g);
+        g.write_desc(40, t, 48, F_INDIRECT, 0);
+        40
+    };
+    let mut d = TestDevice::new(o);
+    let head = build(&mut d.guest);
+    d.guest.publish(head);
+    d.kick();
+    d.timer();
+    assert_eq!(d.guest.take_used(), vec![(u32::from(head), SECTOR + 1)]);
+    assert!(!d.engine.is_broken());
+    expect_broken(
+        DeviceOpts {
+            indirect_desc: false,
+            ..o
+        },
+        build,
+        Violation::IndirectNotNegotiated,
+    );
+}
+
 fn indirect_length_not_a_multiple_of_16(o: DeviceOpts) {
     expect_broken(
         o,
@@ -532,6 +559,7 @@ matrix!(
     indirect_table_outside_guest_memory,
     indirect_table_across_the_memory_hole,
     nested_indirect_table,
+    indirect_descriptor_without_the_feature,
     indirect_length_not_a_multiple_of_16,
     indirect_length_zero,
     indirect_and_next_in_one_descriptor,
