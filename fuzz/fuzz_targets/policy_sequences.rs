@@ -11,7 +11,7 @@ use vmirq_policy::spec::{ModerationSpec, WaitSpec};
 use vmirq_policy::wait::{WaitDecision, WakeOutcome, Waiter};
 
 const MODERATION: &[&str] =
-    &["none", "count", "count:usecs=1,frames=2", "vic", "ipi-gap", "dim", "dim:mode=cqe,latency=on", "dim:variant=rdma", "spdk", "budget"];
+    &["none", "count", "count:usecs=1,frames=2", "vic", "ipi-gap", "dim", "dim:mode=cqe,latency=on", "dim:variant=rdma", "dim-loop", "dim-loop:period_ms=1", "dim-lat", "spdk", "budget"];
 const WAIT: &[&str] = &["never", "fixed", "kvm", "kvm:shrink=0", "guest-haltpoll", "histogram"];
 
 #[derive(Debug, Arbitrary)]

@@ -15,13 +15,13 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{
-    Canary, EVERY_MODERATION, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN, REGION1_START,
+    Canary, EVERY_MODERATION, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN, REGION1_START,
 };
 use vmirq_blk::raw_frontend::{
     mem_table, memfd, message, req, vring_addr, vring_state, RawFrontend, Reply, Session,
     FLAG_NEED_REPLY, FLAG_REPLY, NO_FD, VA_BASE, VERSION_1,
 };
-use vmirq_blk::virtio::{req as blk, status};
+use vmirq_blk::virtio::{feature, req as blk, status};
 use vmirq_blk::DiskSpec;
 
 const QUEUES: u16 = 2;
@@ -482,6 +482,77 @@ fn bad_header_flags_and_unknown_requests(cfg: &Cfg) {
     after_setup(cfg, 76, |s| refuse(&s.fe, 0xFFFF, &[], &[]));
 }
 
+/// A read through a sound 3-entry indirect table (header, one sector, status) published (not
+/// kicked) on queue `q`; returns its head and status address.
+fn publish_indirect_read(s: &mut Session, q: u16) -> (u16, u64) {
+    let g = &mut s.queues[usize::from(q)].guest;
+    let h = g.alloc(16);
+    g.write_header(h, blk::IN, 0);
+    let data = g.alloc(SECTOR);
+    let st = g.alloc_status();
+    let t = g.alloc(48);
+    g.write_indirect(t, 0, h, 16, F_NEXT, 1);
+    g.write_indirect(t, 1, data, SECTOR, F_WRITE | F_NEXT, 2);
+    g.write_indirect(t, 2, st, 1, F_WRITE, 0);
+    g.write_desc(40, t, 48, F_INDIRECT, 0);
+    g.publish(40);
+    (40, st)
+}
+
+/// VIRTIO_F_RING_INDIRECT_DESC as SET_FEATURES acked it: with the feature an indirect table
+/// is served; after a SET_FEATURES without it, the same chain breaks its queue (virtio 1.2
+/// §2.7.5.3.1), nothing is completed or written, and the other queue keeps serving.
+fn indirect_descriptors_follow_the_acked_features(cfg: &Cfg) {
+    let srv = server(cfg);
+    let mut s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
+    let (head, st) = publish_indirect_read(&mut s, 1);
+    s.kick(1).expect("kick");
+    assert_eq!(
+        s.wait_used(1, 1, Duration::from_secs(5)),
+        vec![(u32::from(head), SECTOR + 1)]
+    );
+    assert_eq!(s.queues[1].guest.byte_at(st), status::OK);
+    drop(s);
+    assert_fresh_connection_serves(&srv, 90);
+
+    let fe = RawFrontend::connect(&srv.socket).expect("connect");
+    let mut s = Session::prepare(fe, QUEUES, SIZE).expect("prepare");
+    s.handshake().expect("handshake");
+    let features =
+        s.fe.call(req::GET_FEATURES, &[], &[])
+            .value()
+            .expect("features");
+    let without =
+        (features & !(1 << feature::RING_EVENT_IDX) & !(1 << feature::RING_INDIRECT_DESC))
+            | vmirq_blk::raw_frontend::F_PROTOCOL_FEATURES;
+    s.expect_ack(req::SET_FEATURES, &without.to_le_bytes(), &[])
+        .expect("SET_FEATURES without INDIRECT_DESC");
+    s.set_mem_table().expect("memory");
+    for q in 0..QUEUES {
+        s.start_vring(q).expect("vring");
+    }
+    let (_, st) = publish_indirect_read(&mut s, 0);
+    let canary = s.queues[0].guest.canary();
+    s.kick(0).expect("kick");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.handle.counters()[0].broken == 0 {
+        assert!(Instant::now() < deadline, "queue 0 did not break");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(s.wait_used(0, 1, Duration::from_millis(50)), vec![]);
+    assert_eq!(s.queues[0].guest.byte_at(st), 0xFF, "status written");
+    s.queues[0].guest.assert_canary(&canary, &[]);
+    let r = s.queues[1].guest.submit(blk::IN, 0, &[SECTOR], true);
+    s.kick(1).expect("kick");
+    assert_eq!(
+        s.wait_used(1, 1, Duration::from_secs(5)),
+        vec![(u32::from(r.head), SECTOR + 1)]
+    );
+    drop(s);
+    assert_fresh_connection_serves(&srv, 91);
+    srv.stop();
+}
+
 /// A hostile chain on queue 0 over the real protocol: no completion, queue 0 broken (and
 /// counted), queue 1 keeps serving; GET_VRING_BASE and a restart of the ring recover queue 0,
 /// which then serves the chain published after the broken one.
@@ -587,4 +658,5 @@ matrix!(
     bad_header_flags_and_unknown_requests,
     a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts,
     a_new_connection_recovers_a_broken_queue,
+    indirect_descriptors_follow_the_acked_features,
 );

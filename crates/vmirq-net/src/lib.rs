@@ -15,7 +15,9 @@
 //!   copy into receive buffers with MRG_RXBUF;
 //! - [`queues`]: each queue's moderation and kick waits, from the shared crate
 //!   `vmirq-vhost` (one implementation for the block and the net device);
-//! - [`switch`]: where a frame goes; [`virtio`]: the virtio-net definitions.
+//! - [`switch`]: where a frame goes; [`virtio`]: the virtio-net definitions;
+//! - [`ctrl`]: the control virtqueue's commands (NOTF_COAL etc.) as a pure state machine,
+//!   [`classify`]: packet classification for latency-adaptive moderation.
 //!
 //! Threading choice: one vhost-user-backend worker thread per port (not one thread owning
 //! every port, as a DPDK forwarding core would): each frontend connection keeps
@@ -25,7 +27,9 @@
 //! both directions touch the same port at once).
 
 pub mod backend;
+pub mod classify;
 pub mod counters;
+pub mod ctrl;
 pub mod fabric;
 pub mod queues;
 pub mod rx;

@@ -15,7 +15,9 @@
 //! The two families:
 //! - [`moderation`]: completion moderation (notification coalescing) for a device queue:
 //!   `none`, `count` (virtio-net NOTF_COAL semantics), `vic`, `ipi-gap`, `dim` (net_dim,
-//!   rdma_dim, latency-adaptive), `spdk`, `budget`.
+//!   rdma_dim, latency-adaptive), `dim-loop` (net_dim as a hypervisor-side control loop
+//!   programming `count` every few milliseconds), `dim-lat` (net_dim with the packet-burst
+//!   heuristics that let short messages bypass moderation), `spdk`, `budget`.
 //! - [`wait`]: wait policies (how long to poll before sleeping): `never`, `fixed`, `kvm`
 //!   (KVM halt polling), `guest-haltpoll`, `histogram`; and the contention gate, which turns
 //!   any of them into sleeps while the caller's CPU samples show a neighbour waiting for the

@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use vmirq_policy::moderation::{
-    CompletionMeta, Decision, Dim, DimConfig, DimMode, DimVariant, Event, Knob, Moderator,
-    RequestKind, Vic, VicConfig,
+    CompletionMeta, Decision, Dim, DimConfig, DimLoopConfig, DimLoopQueue, DimMode, DimVariant,
+    Event, Knob, Moderator, RequestKind, Vic, VicConfig,
 };
 use vmirq_policy::spec::{ModerationSpec, WaitSpec};
 use vmirq_policy::wait::{
@@ -44,6 +44,10 @@ const SPECS: &[&str] = &[
     "dim",
     "dim:mode=cqe,latency=on",
     "dim:variant=rdma",
+    "dim-loop",
+    "dim-loop:period_ms=1,mode=cqe",
+    "dim-lat",
+    "dim-lat:mode=cqe,ack_pct=0,gap_us=100",
     "spdk",
     "spdk:delay_base_us=500,iops_threshold=100",
     "budget",
@@ -191,6 +195,36 @@ proptest! {
             d.on_event(t, Event::Submit);
             prop_assert!(d.index() <= max_index);
             let in_range = matches!(d.knob(), Knob::Profile { index, .. } if index <= max_index);
+            prop_assert!(in_range);
+        }
+    }
+
+    /// `dim-loop` wakes exactly once per period boundary passed (its host cost is 1/period
+    /// whatever the traffic), replayed or not, and its profile stays in the table.
+    #[test]
+    fn dim_loop_wakes_once_per_period(
+        gaps in proptest::collection::vec(1u64..40_000_000, 1..400),
+        period_ms in 1u32..30,
+    ) {
+        let mut q = DimLoopQueue::new(DimLoopConfig { period_ms, ..DimLoopConfig::default() });
+        let (mut t, mut timer) = (0u64, None::<u64>);
+        for gap in gaps {
+            let next = t + gap;
+            while let Some(dl) = timer.filter(|dl| *dl <= next) {
+                timer = match q.on_event(dl.max(t), Event::Timer) {
+                    Decision::Hold { deadline } => Some(deadline),
+                    _ => None,
+                };
+            }
+            t = next;
+            q.on_event(t, Event::Submit);
+            if let Decision::Hold { deadline } = q.on_event(t, DONE) {
+                timer = Some(deadline);
+            }
+            let period_ns = u64::from(period_ms) * 1_000_000;
+            prop_assert_eq!(q.control_loop().wakeups(), t / period_ns);
+            prop_assert!(q.control_loop().next_wakeup() > t);
+            let in_range = matches!(q.knob(), Knob::Profile { index, .. } if index <= 4);
             prop_assert!(in_range);
         }
     }

@@ -28,6 +28,12 @@ fn every_moderation_policy_parses_and_round_trips() {
         "dim:mode=cqe",
         "dim:variant=rdma",
         "dim:dir=tx,latency=on,share_pct=20",
+        "dim-loop",
+        "dim-loop:period_ms=1,mode=cqe,dir=tx",
+        "dim-loop:period_ms=10000",
+        "dim-lat",
+        "dim-lat:ack_pct=20",
+        "dim-lat:mode=cqe,small_bytes=128,short_pkts=1,gap_us=6",
         "spdk",
         "spdk:delay_base_us=40,iops_threshold=100000",
         "budget",
@@ -50,6 +56,14 @@ fn canonical_form_omits_defaults() {
     assert_eq!(
         m(" vic : cif_low=3 ").map(|s| s.to_string()),
         Ok("vic:cif_low=3".into())
+    );
+    assert_eq!(
+        m("dim-loop:period_ms=10,mode=eqe").map(|s| s.to_string()),
+        Ok("dim-loop".into())
+    );
+    assert_eq!(
+        m("dim-lat:ack_pct=50,gap_us=15,dir=tx").map(|s| s.to_string()),
+        Ok("dim-lat:dir=tx".into())
     );
     assert_eq!(
         w("kvm:max_ns=200_000").map(|s| s.to_string()),
@@ -99,6 +113,14 @@ fn errors_name_the_bad_part_and_the_allowed_ones() {
     assert!(e.contains("key=value"), "{e}");
     let e = m("dim:mode=fast").unwrap_err().to_string();
     assert!(e.contains("eqe or cqe"), "{e}");
+    let e = m("dim-loop:period_ms=0").unwrap_err().to_string();
+    assert!(e.contains("1 to 10000"), "{e}");
+    let e = m("dim-loop:latency=on").unwrap_err().to_string();
+    assert!(e.contains("period_ms, mode, dir"), "{e}");
+    let e = m("dim-lat:ack_pct=101").unwrap_err().to_string();
+    assert!(e.contains("percentage"), "{e}");
+    let e = m("dim-lat:variant=rdma").unwrap_err().to_string();
+    assert!(e.contains("no parameter"), "{e}");
     let e = w("kvm:max_ns=-1").unwrap_err().to_string();
     assert!(e.contains("max_ns=-1"), "{e}");
     let e = w("fixed:ns=2000000000").unwrap_err().to_string();

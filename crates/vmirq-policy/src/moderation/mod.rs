@@ -26,7 +26,8 @@ mod vic;
 pub use budget::{Budget, BudgetConfig};
 pub use count::{Count, CountConfig, TimerStart};
 pub use dim::{
-    Dim, DimConfig, DimDirection, DimMode, DimProfile, DimVariant, LatencyFilter, NetDim, RdmaDim,
+    BurstFilter, BurstStats, Dim, DimConfig, DimDirection, DimLoop, DimLoopConfig, DimLoopQueue,
+    DimMode, DimProfile, DimVariant, LatencyFilter, NetDim, QueueCounters, RdmaDim,
 };
 pub use ipi_gap::{IpiGap, IpiGapConfig};
 pub use none::NoModeration;

@@ -1,7 +1,9 @@
 //! [`Moderation`]: one enum over every completion policy, so callers hold any policy by value
 //! (no allocation, no trait objects) and dispatch with a match.
 
-use super::{Budget, Decision, Dim, Event, IpiGap, Knob, Moderator, NoModeration, Spdk, Vic};
+use super::{
+    Budget, Decision, Dim, DimLoopQueue, Event, IpiGap, Knob, Moderator, NoModeration, Spdk, Vic,
+};
 use super::{Count, Pending};
 use crate::Nanos;
 
@@ -16,8 +18,10 @@ pub enum Moderation {
     Vic(Vic),
     /// ESX IPI coalescing.
     IpiGap(IpiGap),
-    /// net_dim / rdma_dim driving count.
+    /// net_dim / rdma_dim driving count (also `dim-lat`).
     Dim(Dim),
+    /// net_dim as a hypervisor-side periodic control loop programming count.
+    DimLoop(DimLoopQueue),
     /// SPDK vhost coalescing.
     Spdk(Spdk),
     /// vmirq's latency budget.
@@ -32,6 +36,7 @@ macro_rules! each {
             Moderation::Vic($p) => $e,
             Moderation::IpiGap($p) => $e,
             Moderation::Dim($p) => $e,
+            Moderation::DimLoop($p) => $e,
             Moderation::Spdk($p) => $e,
             Moderation::Budget($p) => $e,
         }

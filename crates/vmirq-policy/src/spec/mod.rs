@@ -6,6 +6,7 @@
 //! ```
 //!
 //! Examples: `vic`, `count:usecs=50,frames=32`, `dim:mode=cqe,latency=on`, `budget:us=20`,
+//! `dim-loop:period_ms=10`, `dim-lat:ack_pct=20`,
 //! `kvm:max_ns=200000`, `vic:table=8:1/2;32:1/10`. Numbers may contain `_` separators;
 //! booleans are `on`/`off` (also `true`/`false`, `yes`/`no`, `1`/`0`).
 //!

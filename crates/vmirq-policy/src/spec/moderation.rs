@@ -5,13 +5,14 @@ use core::str::FromStr;
 
 use super::params::{split_spec, Params, SpecError, Value};
 use super::Text;
+use crate::moderation::dim::control_loop::DIM_LOOP_PERIOD_MS_MAX;
 use crate::moderation::{
-    Budget, BudgetConfig, Count, CountConfig, Dim, DimConfig, DimDirection, DimMode, DimVariant,
-    IpiGap, IpiGapConfig, Moderation, NoModeration, Spdk, SpdkConfig, Vic, VicConfig, VicRatio,
-    VIC_TABLE_MAX,
+    Budget, BudgetConfig, BurstFilter, Count, CountConfig, Dim, DimConfig, DimDirection,
+    DimLoopConfig, DimLoopQueue, DimMode, DimVariant, IpiGap, IpiGapConfig, Moderation,
+    NoModeration, Spdk, SpdkConfig, Vic, VicConfig, VicRatio, VIC_TABLE_MAX,
 };
 
-const NAMES: &str = "none, count, vic, ipi-gap, dim, spdk, budget";
+const NAMES: &str = "none, count, vic, ipi-gap, dim, dim-loop, dim-lat, spdk, budget";
 const USECS_MAX: u32 = 1_000_000;
 
 /// A completion moderation policy with validated parameters.
@@ -27,6 +28,12 @@ pub enum ModerationSpec {
     IpiGap(IpiGapConfig),
     /// `dim:variant=net|rdma,mode=eqe|cqe,dir=rx|tx,latency=on|off,share_pct=P,small_bytes=B`.
     Dim(DimConfig),
+    /// `dim-loop:period_ms=P,mode=eqe|cqe,dir=rx|tx`: net_dim as a hypervisor-side control
+    /// loop reading the queue's counters every `period_ms` and programming `count`.
+    DimLoop(DimLoopConfig),
+    /// `dim-lat:mode=eqe|cqe,dir=rx|tx,ack_pct=A,small_bytes=B,short_pkts=N,gap_us=G`:
+    /// net_dim with the latency-adaptive packet-burst heuristics (its `burst` is set).
+    DimLat(DimConfig),
     /// `spdk:delay_base_us=D,iops_threshold=T`.
     Spdk(SpdkConfig),
     /// `budget:us=B`.
@@ -43,6 +50,8 @@ impl ModerationSpec {
             Self::Vic(_) => "vic",
             Self::IpiGap(_) => "ipi-gap",
             Self::Dim(_) => "dim",
+            Self::DimLoop(_) => "dim-loop",
+            Self::DimLat(_) => "dim-lat",
             Self::Spdk(_) => "spdk",
             Self::Budget(_) => "budget",
         }
@@ -56,7 +65,8 @@ impl ModerationSpec {
             Self::Count(c) => Moderation::Count(Count::new(c)),
             Self::Vic(c) => Moderation::Vic(Vic::new(c)),
             Self::IpiGap(c) => Moderation::IpiGap(IpiGap::new(c)),
-            Self::Dim(c) => Moderation::Dim(Dim::new(c)),
+            Self::Dim(c) | Self::DimLat(c) => Moderation::Dim(Dim::new(c)),
+            Self::DimLoop(c) => Moderation::DimLoop(DimLoopQueue::new(c)),
             Self::Spdk(c) => Moderation::Spdk(Spdk::new(c)),
             Self::Budget(c) => Moderation::Budget(Budget::new(c)),
         }
@@ -140,6 +150,52 @@ fn parse_dim(mut p: Params<'_>) -> Result<DimConfig, SpecError> {
     Ok(c)
 }
 
+fn parse_mode_dir(
+    key: &str,
+    v: &Value<'_>,
+    mode: &mut DimMode,
+    dir: &mut DimDirection,
+) -> Result<bool, SpecError> {
+    match key {
+        "mode" => *mode = [DimMode::Eqe, DimMode::Cqe][v.choice(&["eqe", "cqe"], "eqe or cqe")?],
+        "dir" => {
+            *dir = [DimDirection::Rx, DimDirection::Tx][v.choice(&["rx", "tx"], "rx or tx")?]
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn parse_dim_loop(mut p: Params<'_>) -> Result<DimLoopConfig, SpecError> {
+    let mut c = DimLoopConfig::default();
+    while let Some((key, v)) = p.next_param()? {
+        if !parse_mode_dir(key, &v, &mut c.mode, &mut c.dir)? {
+            c.period_ms = v.u32(1, DIM_LOOP_PERIOD_MS_MAX, "milliseconds, 1 to 10000")?;
+        }
+    }
+    Ok(c)
+}
+
+fn parse_dim_lat(mut p: Params<'_>) -> Result<DimConfig, SpecError> {
+    let mut c = DimConfig::default();
+    let mut f = BurstFilter::default();
+    while let Some((key, v)) = p.next_param()? {
+        if parse_mode_dir(key, &v, &mut c.mode, &mut c.dir)? {
+            continue;
+        }
+        match key {
+            "ack_pct" => {
+                f.ack_pct = u8::try_from(v.int(0, 100, "a percentage, 0 to 100")?).unwrap_or(100);
+            }
+            "small_bytes" => f.small_bytes = v.u32(0, 65_535, "bytes, 0 to 65535")?,
+            "short_pkts" => f.short_pkts = v.u32(0, 65_535, "a count, 0 to 65535")?,
+            _ => f.gap_us = v.u32(0, USECS_MAX, "microseconds, 0 to 1000000")?,
+        }
+    }
+    c.burst = Some(f);
+    Ok(c)
+}
+
 impl FromStr for ModerationSpec {
     type Err = SpecError;
 
@@ -183,6 +239,23 @@ impl FromStr for ModerationSpec {
                     "latency",
                     "share_pct",
                     "small_bytes",
+                ],
+                params,
+            ))?),
+            "dim-loop" => Self::DimLoop(parse_dim_loop(Params::new(
+                "dim-loop",
+                &["period_ms", "mode", "dir"],
+                params,
+            ))?),
+            "dim-lat" => Self::DimLat(parse_dim_lat(Params::new(
+                "dim-lat",
+                &[
+                    "mode",
+                    "dir",
+                    "ack_pct",
+                    "small_bytes",
+                    "short_pkts",
+                    "gap_us",
                 ],
                 params,
             ))?),
@@ -239,6 +312,23 @@ macro_rules! param {
     };
 }
 
+fn write_mode_dir(
+    f: &mut fmt::Formatter<'_>,
+    s: &mut Sep,
+    mode: DimMode,
+    dir: DimDirection,
+) -> fmt::Result {
+    if mode != DimMode::default() {
+        s.put(f)?;
+        f.write_str("mode=cqe")?;
+    }
+    if dir != DimDirection::default() {
+        s.put(f)?;
+        f.write_str("dir=tx")?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for ModerationSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
@@ -291,6 +381,20 @@ impl fmt::Display for ModerationSpec {
                     d.latency.small_bytes,
                     "small_bytes"
                 );
+            }
+            Self::DimLoop(c) => {
+                let d = DimLoopConfig::default();
+                param!(f, s, c.period_ms, d.period_ms, "period_ms");
+                write_mode_dir(f, &mut s, c.mode, c.dir)?;
+            }
+            Self::DimLat(c) => {
+                write_mode_dir(f, &mut s, c.mode, c.dir)?;
+                let d = BurstFilter::default();
+                let b = c.burst.unwrap_or_default();
+                param!(f, s, b.ack_pct, d.ack_pct, "ack_pct");
+                param!(f, s, b.small_bytes, d.small_bytes, "small_bytes");
+                param!(f, s, b.short_pkts, d.short_pkts, "short_pkts");
+                param!(f, s, b.gap_us, d.gap_us, "gap_us");
             }
             Self::Spdk(c) => {
                 let d = SpdkConfig::default();

@@ -18,6 +18,8 @@ const DEFAULT_POLICIES: &[&str] = &[
     "ipi-gap",
     "dim",
     "dim:latency=on",
+    "dim-loop",
+    "dim-lat",
     "spdk",
     "budget",
 ];

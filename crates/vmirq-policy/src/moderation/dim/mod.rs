@@ -10,16 +10,26 @@
 //! latency-sensitive completions (FLUSH, urgent, TCP ACK-only, small synchronous requests, and
 //! a completion that leaves nothing in flight — queue depth 1) bypass moderation when they make
 //! up at least `share_pct` percent of the completions held in the current burst.
+//!
+//! Two network forms build on the same net_dim state machine: [`control_loop`] (`dim-loop`,
+//! DIM run by the hypervisor every `period_ms` on the device's counters) and [`burst`]
+//! (`dim-lat`, the talk's packet heuristics: ACK-only share and bytes per packet in a burst).
 
+pub mod burst;
+pub mod control_loop;
 mod net;
 mod profiles;
 mod rdma;
 mod stats;
 
+pub use burst::{BurstFilter, BurstStats, BurstTracker};
+pub use control_loop::{DimLoop, DimLoopConfig, DimLoopQueue, QueueCounters};
 pub use net::{NetDim, TuneState};
 pub use profiles::{net_table, DimDirection, DimMode, DimProfile, NET_DEFAULT_INDEX, RDMA};
 pub use rdma::RdmaDim;
-pub use stats::{calc_stats, DimSample, DimStats, Verdict, DIM_NEVENTS};
+pub use stats::{
+    calc_stats, calc_stats_with, DimSample, DimStats, EventCount, Verdict, DIM_NEVENTS,
+};
 
 use super::{
     CompletionMeta, Count, CountConfig, Decision, Event, Knob, Moderator, Pending, RequestKind,
@@ -79,6 +89,8 @@ pub struct DimConfig {
     pub dir: DimDirection,
     /// The latency-adaptive filter.
     pub latency: LatencyFilter,
+    /// The packet-burst heuristics of `dim-lat` (none for `dim`).
+    pub burst: Option<BurstFilter>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +108,7 @@ pub struct Dim {
     count: Count,
     counters: DimSample,
     burst_sensitive: u32,
+    tracker: BurstTracker,
 }
 
 impl Dim {
@@ -127,6 +140,7 @@ impl Dim {
             count,
             counters: DimSample::default(),
             burst_sensitive: 0,
+            tracker: BurstTracker::default(),
         }
     }
 
@@ -177,6 +191,12 @@ impl Dim {
         self.counters.bytes = self.counters.bytes.wrapping_add(meta.bytes);
         self.counters.comps = self.counters.comps.wrapping_add(1);
         let mut decision = self.count.on_event(now, Event::Complete(meta));
+        if let Some(f) = self.cfg.burst {
+            if self.tracker.on_completion(&f, now, &meta) && decision != Decision::Notify {
+                self.count.covered();
+                decision = Decision::Notify;
+            }
+        }
         let filter = self.cfg.latency;
         if filter.enabled && filter.sensitive(&meta, self.count.in_flight()) {
             self.burst_sensitive += 1;
@@ -317,5 +337,87 @@ mod tests {
             plain.on_event(50, complete(4096)),
             Decision::Hold { .. }
         ));
+    }
+
+    /// `dim-lat` on two queues: request/response messages bypass moderation one by one, a
+    /// bulk stream on the other queue keeps DIM's moderation (the talk's mixed traffic).
+    #[test]
+    fn dim_lat_bypasses_ping_pong_and_keeps_bulk_moderated() {
+        let cfg = DimConfig {
+            burst: Some(BurstFilter::default()),
+            ..DimConfig::default()
+        };
+        let mut rr = Dim::new(cfg);
+        let mut plain = Dim::new(DimConfig::default());
+        for i in 0..1_000u64 {
+            let t = i * 40_000;
+            rr.on_event(t, Event::Submit);
+            assert_eq!(
+                rr.on_event(t + 1, complete(100)),
+                Decision::Notify,
+                "msg {i}"
+            );
+            // (the previous message's hold timer has long expired)
+            plain.on_event(t, Event::Timer);
+            plain.on_event(t, Event::Submit);
+            assert!(matches!(
+                plain.on_event(t + 1, complete(100)),
+                Decision::Hold { .. }
+            ));
+        }
+        let mut bulk = Dim::new(cfg);
+        let n = 100_000;
+        let notes = run(&mut bulk, 256, 1_000, n);
+        assert!(
+            notes * 2 <= n,
+            "bulk notified {notes} times for {n} packets"
+        );
+        // The same on one queue: 1500-byte frames every µs with a 100-byte message every
+        // 50 µs. Every message notifies at once; the bulk still takes far fewer interrupts.
+        let mut mix = Dim::new(cfg);
+        let (mut notes, mut timer, mut packets) = (0u32, None::<Nanos>, 0u32);
+        for us in 0..100_000u64 {
+            let t = us * 1_000;
+            if let Some(dl) = timer.filter(|dl| *dl <= t) {
+                timer = None;
+                match mix.on_event(dl, Event::Timer) {
+                    Decision::Notify => notes += 1,
+                    Decision::Hold { deadline } => timer = Some(deadline),
+                    Decision::Idle => {}
+                }
+            }
+            let mut feed = |at: Nanos, bytes: u32, must_notify: bool| {
+                mix.on_event(at, Event::Submit);
+                packets += 1;
+                match mix.on_event(at, complete(bytes)) {
+                    Decision::Notify => notes += 1,
+                    Decision::Hold { deadline } => {
+                        assert!(!must_notify, "message at {at} held");
+                        timer = Some(deadline);
+                    }
+                    Decision::Idle => {}
+                }
+            };
+            feed(t, 1_500, false);
+            if us % 50 == 25 {
+                feed(t + 500, 100, true);
+            }
+        }
+        assert!(
+            notes * 2 <= packets,
+            "{notes} notifications for {packets} packets"
+        );
+        // ACK-only packets bypass even inside a long burst once they are the majority.
+        let mut acks = Dim::new(cfg);
+        acks.on_event(0, Event::Submit);
+        let ack = CompletionMeta::new(RequestKind::Read, 1_500).with(CompletionMeta::ACK_ONLY);
+        let mut notified = 0;
+        for t in 0..100u64 {
+            acks.on_event(t * 1_000, Event::Submit);
+            if acks.on_event(t * 1_000 + 1, Event::Complete(ack)) == Decision::Notify {
+                notified += 1;
+            }
+        }
+        assert_eq!(notified, 100);
     }
 }

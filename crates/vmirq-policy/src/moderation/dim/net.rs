@@ -7,7 +7,9 @@
 //! bracketed (until traffic changes by more than 10 %), and parks "tired" for ten decisions
 //! after ten steps without settling.
 
-use super::stats::{calc_stats, significant, DimSample, DimStats, Verdict, DIM_NEVENTS};
+use super::stats::{
+    calc_stats_with, significant, DimSample, DimStats, EventCount, Verdict, DIM_NEVENTS,
+};
 
 /// Where the measurement is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +49,7 @@ pub struct NetDim {
     tired: u8,
     start: DimSample,
     prev: DimStats,
+    events: EventCount,
 }
 
 /// net_dim's comparison: bandwidth, then packet rate, then interrupt rate.
@@ -102,7 +105,16 @@ impl NetDim {
             tired: 0,
             start: DimSample::default(),
             prev: DimStats::default(),
+            events: EventCount::Assumed,
         }
+    }
+
+    /// The same state machine computing event rates from the counters (for a periodic loop
+    /// that samples every few milliseconds instead of on every event).
+    #[must_use]
+    pub fn measuring_events(mut self) -> Self {
+        self.events = EventCount::Measured;
+        self
     }
 
     /// The current profile index.
@@ -123,7 +135,7 @@ impl NetDim {
             if sample.events.wrapping_sub(self.start.events) < DIM_NEVENTS {
                 return None;
             }
-            let curr = calc_stats(&self.start, &sample)?;
+            let curr = calc_stats_with(&self.start, &sample, self.events)?;
             if self.decide(&curr) {
                 // The caller applies the profile at once; the next sample starts a window.
                 self.measure = Measure::Start;

@@ -56,9 +56,27 @@ fn per_ms(count: u64, delta_us: u64) -> u32 {
     u32::try_from((count * 1000).div_ceil(delta_us)).unwrap_or(u32::MAX)
 }
 
+/// How the event rate of a window is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventCount {
+    /// As `dim_calc_stats`: a window is [`DIM_NEVENTS`] events by construction (DIM runs
+    /// on every event and decides as soon as 64 have passed).
+    #[default]
+    Assumed,
+    /// From the counters: a periodic control loop sees however many events a period held,
+    /// so assuming 64 would make every window of the same length look alike.
+    Measured,
+}
+
 /// Rates between `start` and `end`; `None` if less than a microsecond passed.
 #[must_use]
 pub fn calc_stats(start: &DimSample, end: &DimSample) -> Option<DimStats> {
+    calc_stats_with(start, end, EventCount::Assumed)
+}
+
+/// [`calc_stats`] with the event rate computed as `events` says.
+#[must_use]
+pub fn calc_stats_with(start: &DimSample, end: &DimSample, events: EventCount) -> Option<DimStats> {
     let delta_us = end.time.saturating_sub(start.time) / 1000;
     if delta_us == 0 {
         return None;
@@ -66,7 +84,11 @@ pub fn calc_stats(start: &DimSample, end: &DimSample) -> Option<DimStats> {
     let npkts = u64::from(end.pkts.wrapping_sub(start.pkts));
     let nbytes = u64::from(end.bytes.wrapping_sub(start.bytes));
     let ncomps = u64::from(end.comps.wrapping_sub(start.comps));
-    let epms = per_ms(u64::from(DIM_NEVENTS), delta_us);
+    let nevents = match events {
+        EventCount::Assumed => DIM_NEVENTS,
+        EventCount::Measured => end.events.wrapping_sub(start.events),
+    };
+    let epms = per_ms(u64::from(nevents), delta_us);
     let cpms = per_ms(ncomps, delta_us);
     let cpe_ratio = if epms == 0 {
         0
@@ -111,5 +133,9 @@ mod tests {
         assert_eq!(s.epms, 32);
         assert_eq!(s.cpe_ratio, 501 * 100 / 32);
         assert_eq!(calc_stats(&a, &DimSample { time: 999, ..b }), None);
+        let measured = DimSample { events: 640, ..b };
+        let m = calc_stats_with(&a, &measured, EventCount::Measured).unwrap_or_default();
+        assert_eq!(m.epms, 320);
+        assert_eq!(calc_stats(&a, &measured).unwrap_or_default().epms, 32);
     }
 }

@@ -1,0 +1,169 @@
+//! The control loop: one wakeup per period, net_dim's 64-interrupt windows, a walk towards
+//! fewer interrupts at equal throughput, and the one-policy form equal to eager ticking.
+
+extern crate std;
+
+use super::*;
+use crate::moderation::{CompletionMeta, RequestKind};
+use std::vec::Vec;
+
+const MS: Nanos = NS_PER_MS;
+
+#[test]
+fn one_wakeup_per_period_without_drift_and_late_callers_reschedule() {
+    let mut l = DimLoop::new(DimLoopConfig::default(), 5);
+    assert_eq!(l.next_wakeup(), 5 + 10 * MS);
+    // One second of on-time wakeups: 100 (the talk's ~100 host interrupts/s per device).
+    for _ in 0..100 {
+        let at = l.next_wakeup();
+        let _ = l.on_period(at + 3_000, QueueCounters::default()); // 3 µs of timer slack
+    }
+    assert_eq!(l.wakeups(), 100);
+    assert_eq!(l.next_wakeup(), 5 + 1_010 * MS, "slack must not accumulate");
+    // A caller 35 ms late: the next wakeup is one period after it.
+    let late = l.next_wakeup() + 35 * MS;
+    let _ = l.on_period(late, QueueCounters::default());
+    assert_eq!(l.next_wakeup(), late + 10 * MS);
+    let slow = DimLoop::new(
+        DimLoopConfig {
+            period_ms: u32::MAX,
+            ..DimLoopConfig::default()
+        },
+        0,
+    );
+    assert_eq!(slow.config().period_ms, DIM_LOOP_PERIOD_MS_MAX);
+}
+
+#[test]
+fn decides_only_after_64_interrupts_in_a_window() {
+    let mut l = DimLoop::new(DimLoopConfig::default(), 0);
+    let mut c = QueueCounters::default();
+    let mut first_change = None;
+    for period in 1..=20u64 {
+        c.packets += 1_000;
+        c.bytes += 1_500_000;
+        c.interrupts += 10;
+        let at = l.next_wakeup();
+        if let Some(cfg) = l.on_period(at, c) {
+            first_change = Some((period, cfg));
+            break;
+        }
+    }
+    // The first wakeup opens the window; 64 interrupts later (7 periods of 10) net_dim decides:
+    // traffic appeared, it leaves parking and steps left from the default profile 1 to 0.
+    let (period, cfg) = first_change.unwrap_or_else(|| panic!("no decision in 20 periods"));
+    assert_eq!(period, 8);
+    assert_eq!((cfg.usecs, cfg.frames), (1, 256));
+    assert_eq!(l.index(), 0);
+}
+
+/// A device at a fixed packet rate whose interrupt count follows the programmed profile
+/// (EQE: at most one interrupt per `usecs`, at least one per `frames` packets).
+fn interrupts_per_period(cfg: CountConfig, packets: u64, period_us: u64) -> u64 {
+    let by_timer = period_us / u64::from(cfg.usecs.max(1));
+    let by_count = packets / u64::from(cfg.frames.max(1));
+    by_timer.max(by_count).min(packets)
+}
+
+#[test]
+fn walks_to_fewer_interrupts_at_equal_throughput() {
+    let mut l = DimLoop::new(DimLoopConfig::default(), 0);
+    let mut c = QueueCounters::default();
+    let packets = 10_000; // 1 Mpps in 10 ms
+    let start_irqs = interrupts_per_period(l.profile(), packets, 10_000);
+    let mut last = start_irqs;
+    for _ in 0..200 {
+        last = interrupts_per_period(l.profile(), packets, 10_000);
+        c.packets += packets;
+        c.bytes += packets * 1_500;
+        c.interrupts += last;
+        let at = l.next_wakeup();
+        let _ = l.on_period(at, c);
+    }
+    // Bandwidth and packet rate are the same at every profile, so only the interrupt rate
+    // decides: net_dim must end on the most moderated profile with at least 3x fewer
+    // interrupts than the default profile gives.
+    assert_eq!(l.index(), 4);
+    assert!(
+        start_irqs >= 3 * last,
+        "default profile {start_irqs}/period, final {last}/period"
+    );
+    assert_eq!(l.wakeups(), 200);
+}
+
+fn complete(bytes: u32) -> Event {
+    Event::Complete(CompletionMeta::new(RequestKind::Read, bytes))
+}
+
+/// Feed `gaps` (ns between completions) to `q`, obeying holds; with `eager`, also deliver a
+/// timer at every period boundary. Returns the notifications.
+fn drive(q: &mut DimLoopQueue, gaps: &[u64], eager: bool) -> u64 {
+    let (mut now, mut notes, mut timer) = (0u64, 0u64, None::<Nanos>);
+    let mut boundary = 10 * MS;
+    for gap in gaps {
+        let next = now + gap;
+        loop {
+            let due_timer = timer.filter(|t| *t <= next);
+            let due_boundary = Some(boundary).filter(|b| eager && *b <= next);
+            let at = match (due_timer, due_boundary) {
+                (Some(t), Some(b)) => t.min(b),
+                (Some(t), None) => t,
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            if Some(at) == due_boundary {
+                boundary += 10 * MS;
+            }
+            if Some(at) == due_timer {
+                timer = None;
+            }
+            match q.on_event(at, Event::Timer) {
+                Decision::Notify => notes += 1,
+                Decision::Hold { deadline } => timer = Some(deadline),
+                Decision::Idle => {}
+            }
+        }
+        now = next;
+        q.on_event(now, Event::Submit);
+        match q.on_event(now, complete(1_500)) {
+            Decision::Notify => notes += 1,
+            Decision::Hold { deadline } => {
+                assert!(deadline >= now && deadline <= q.control_loop().next_wakeup());
+                timer = Some(deadline);
+            }
+            Decision::Idle => {}
+        }
+    }
+    notes
+}
+
+#[test]
+fn replaying_missed_wakeups_equals_eager_ticking() {
+    // Bursts of traffic at 1 µs with idle stretches of up to a second between them.
+    let mut gaps = Vec::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..60 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        gaps.extend(std::iter::repeat_n(
+            1_000,
+            usize::try_from(x % 4_000).unwrap_or(0),
+        ));
+        gaps.push(x % 1_000_000_000);
+    }
+    let mut lazy = DimLoopQueue::new(DimLoopConfig::default());
+    let mut eager = lazy;
+    let n_lazy = drive(&mut lazy, &gaps, false);
+    let n_eager = drive(&mut eager, &gaps, true);
+    let (a, b) = (lazy.control_loop(), eager.control_loop());
+    // The lazy queue has not woken for the stretch after its last event; bring it level.
+    assert!(a.wakeups() <= b.wakeups());
+    assert_eq!(lazy.counters().packets, eager.counters().packets);
+    assert_eq!(n_lazy, n_eager);
+    assert_eq!(lazy.counters().interrupts, n_lazy);
+    let _ = lazy.on_event(b.next_wakeup() - 1, Event::Timer);
+    let _ = eager.on_event(b.next_wakeup() - 1, Event::Timer);
+    assert_eq!(lazy.control_loop(), eager.control_loop());
+    assert!(eager.control_loop().wakeups() > 100);
+}
