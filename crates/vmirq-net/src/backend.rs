@@ -7,9 +7,11 @@
 //! fabric (vhost-user-backend gives the vrings to `handle_event` only), [`RX_TIMER_EVENT`]
 //! and [`TX_TIMER_EVENT`] the queues' hold timers (registered by the server).
 
+use crate::counters::PortCounters;
+use crate::ctrl::Ctrl;
 use crate::fabric::{Attached, Fabric, GuestMem, Vring};
 use crate::queues::{Policies, RxCtl, TxCtl};
-use crate::virtio::{NetConfig, DEVICE_FEATURES, QUEUES, RX_QUEUE, TX_QUEUE};
+use crate::virtio::{NetConfig, CTRL_QUEUE, DEVICE_FEATURES, QUEUES, RX_QUEUE, TX_QUEUE};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +42,7 @@ pub struct NetBackend {
     tx_ctl: Arc<Mutex<TxCtl>>,
     attach: EventFd,
     exit: ExitEvents,
+    ctrl: Mutex<Ctrl>,
 }
 
 impl NetBackend {
@@ -71,6 +74,7 @@ impl NetBackend {
             features: Arc::new(AtomicU64::new(0)),
             attach: EventFd::new(EFD_NONBLOCK)?,
             exit: ExitEvents::default(),
+            ctrl: Mutex::new(Ctrl::new(0, 1)),
         })
     }
 
@@ -119,6 +123,7 @@ impl VhostUserBackend for NetBackend {
     }
     fn acked_features(&self, features: u64) {
         self.features.store(features, Ordering::Release);
+        *self.ctrl.lock().unwrap_or_else(PoisonError::into_inner) = Ctrl::new(features, 1);
     }
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         VhostUserProtocolFeatures::CONFIG
@@ -154,11 +159,26 @@ impl VhostUserBackend for NetBackend {
         match usize::from(device_event) {
             RX_QUEUE => self.fabric.on_rx_kick(self.port),
             TX_QUEUE => self.fabric.on_tx_kick(self.port),
+            CTRL_QUEUE => {
+                if let Some(vring) = vrings.get(CTRL_QUEUE) {
+                    let s = crate::ctrlq::service(
+                        vring,
+                        &self.mem,
+                        &self.ctrl,
+                        &self.rx_ctl,
+                        &self.tx_ctl,
+                    );
+                    if let Some(slot) = self.fabric.slot(self.port) {
+                        PortCounters::add(&slot.counters.ctrl_commands, s.answered);
+                        PortCounters::add(&slot.counters.queue_broken, s.broken);
+                    }
+                }
+            }
             e if e as u64 == RX_TIMER_EVENT => self.fabric.on_rx_timer(self.port),
             e if e as u64 == TX_TIMER_EVENT => self.fabric.on_tx_timer(self.port),
             e if e as u64 == ATTACH_EVENT => {
                 let _ = self.attach.read();
-                if let [rx, tx] = vrings {
+                if let [rx, tx, ..] = vrings {
                     self.fabric.attach(
                         self.port,
                         Attached {

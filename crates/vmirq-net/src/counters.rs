@@ -71,6 +71,8 @@ counters! {
     rx_bad_chain,
     /// Queue stops: the available ring index jumped further than the queue size.
     queue_broken,
+    /// Control-queue commands answered (OK or ERR).
+    ctrl_commands,
     /// Frontend connections served.
     connections,
 }

@@ -16,7 +16,7 @@
 //! - [`queues`]: each queue's moderation and kick waits, from the shared crate
 //!   `vmirq-vhost` (one implementation for the block and the net device);
 //! - [`switch`]: where a frame goes; [`virtio`]: the virtio-net definitions;
-//! - [`ctrl`]: the control virtqueue's commands (NOTF_COAL etc.) as a pure state machine,
+//! - [`ctrlq`]: the control virtqueue on a live ring; [`ctrl`]: its commands (NOTF_COAL etc.) as a pure state machine,
 //!   [`classify`]: packet classification for latency-adaptive moderation.
 //!
 //! Threading choice: one vhost-user-backend worker thread per port (not one thread owning
@@ -30,6 +30,7 @@ pub mod backend;
 pub mod classify;
 pub mod counters;
 pub mod ctrl;
+pub mod ctrlq;
 pub mod fabric;
 pub mod queues;
 pub mod rx;

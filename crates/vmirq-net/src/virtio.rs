@@ -8,6 +8,12 @@ pub const F_MAC: u64 = 1 << 5;
 pub const F_MRG_RXBUF: u64 = 1 << 15;
 /// `VIRTIO_NET_F_STATUS`.
 pub const F_STATUS: u64 = 1 << 16;
+/// `VIRTIO_NET_F_CTRL_VQ`.
+pub const F_CTRL_VQ: u64 = 1 << 17;
+/// `VIRTIO_NET_F_VQ_NOTF_COAL`.
+pub const F_VQ_NOTF_COAL: u64 = 1 << 52;
+/// `VIRTIO_NET_F_NOTF_COAL`.
+pub const F_NOTF_COAL: u64 = 1 << 53;
 /// `VIRTIO_RING_F_EVENT_IDX`.
 pub const F_EVENT_IDX: u64 = 1 << 29;
 /// `VHOST_USER_F_PROTOCOL_FEATURES`.
@@ -16,8 +22,15 @@ pub const F_PROTOCOL_FEATURES: u64 = 1 << 30;
 pub const F_VERSION_1: u64 = 1 << 32;
 
 /// Features the device offers.
-pub const DEVICE_FEATURES: u64 =
-    F_MAC | F_MRG_RXBUF | F_STATUS | F_EVENT_IDX | F_PROTOCOL_FEATURES | F_VERSION_1;
+pub const DEVICE_FEATURES: u64 = F_MAC
+    | F_MRG_RXBUF
+    | F_STATUS
+    | F_CTRL_VQ
+    | F_NOTF_COAL
+    | F_VQ_NOTF_COAL
+    | F_EVENT_IDX
+    | F_PROTOCOL_FEATURES
+    | F_VERSION_1;
 
 /// Length of `virtio_net_hdr` under VERSION_1 (with `num_buffers`).
 pub const HDR_LEN: usize = 12;
@@ -33,8 +46,10 @@ pub const FRAME_LEN_MAX: usize = 65_536 + ETH_HDR_LEN;
 pub const RX_QUEUE: usize = 0;
 /// Virtqueue index of the transmit queue.
 pub const TX_QUEUE: usize = 1;
-/// Virtqueues per device (one RX/TX pair; no control queue yet).
-pub const QUEUES: usize = 2;
+/// Virtqueue index of the control queue (with CTRL_VQ, one queue pair).
+pub const CTRL_QUEUE: usize = 2;
+/// Virtqueues per device (one RX/TX pair and the control queue).
+pub const QUEUES: usize = 3;
 
 /// `VIRTIO_NET_S_LINK_UP`.
 pub const S_LINK_UP: u16 = 1;
