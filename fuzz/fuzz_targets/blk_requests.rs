@@ -8,6 +8,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::manual_io::manual_io;
 use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, REGION0_LEN, REGION1_START};
 

@@ -14,6 +14,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::OnceLock;
 use std::time::Duration;
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::raw_frontend::{
     mem_table, memfd, req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY, VA_BASE,
     VERSION_1,

@@ -535,7 +535,7 @@ fn indirect_descriptors_follow_the_acked_features(cfg: &Cfg) {
     let canary = s.queues[0].guest.canary();
     s.kick(0).expect("kick");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.handle.counters()[0].broken == 0 {
+    while srv.handle.counters()[0].queue.broken == 0 {
         assert!(Instant::now() < deadline, "queue 0 did not break");
         std::thread::sleep(Duration::from_millis(1));
     }
