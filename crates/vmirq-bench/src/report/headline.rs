@@ -6,8 +6,8 @@
 //! vmirq configuration with the most IOPS, named in its row.
 
 use super::group::{self, find, is_vmirq, job_label, jobs, targets, DEFAULTS};
-use super::summary::geomean;
 use super::table::{iops, ns};
+use super::versus::Versus;
 use crate::results::CellResult;
 use crate::stats::Spread;
 use vmirq_report::{Cell, Table, Tone};
@@ -82,37 +82,25 @@ pub fn sentence(cells: &[CellResult]) -> String {
         .into_iter()
         .filter_map(|j| lead(cells, j, defaults))
         .collect();
+    let leads_wins = leads
+        .iter()
+        .filter(|c| c.vs_peer.is_some_and(|p| p.iops > 1.0 + NOISE))
+        .count();
     let who = if defaults {
         "vmirq serve with its defaults (target vmirq)".to_owned()
     } else {
         "The best vmirq configuration of each job (this run has no defaults target \"vmirq\")"
             .to_owned()
     };
-    let ratios: Vec<f64> = leads
-        .iter()
-        .filter_map(|c| c.vs_peer.map(|p| p.iops))
-        .collect();
-    if ratios.is_empty() {
+    let Some(v) = Versus::over(leads) else {
         return format!("{who}: no job has a {peer} run to compare with.");
-    }
-    let spread = Spread::of(&ratios);
-    let wins = ratios.iter().filter(|r| **r > 1.0 + NOISE).count();
-    let cpu = Spread::of(
-        &leads
-            .iter()
-            .filter_map(|c| c.vs_peer.map(|p| p.cpu_ns_per_io))
-            .collect::<Vec<_>>(),
-    );
+    };
+    let wins = leads_wins;
     format!(
         "{who} against {peer} with its defaults: IOPS {:.2}x the peer's (geometric mean over {} \
          jobs, {:.2}x to {:.2}x), more IOPS (by over 2%) in {wins} of {} jobs; CPU per I/O {:.2}x \
          the peer's (median).",
-        geomean(&ratios),
-        ratios.len(),
-        spread.min,
-        spread.max,
-        ratios.len(),
-        cpu.median,
+        v.iops_geomean, v.jobs, v.iops.min, v.iops.max, v.jobs, v.cpu_median,
     )
 }
 
@@ -140,19 +128,11 @@ pub fn overview(cells: &[CellResult]) -> Table {
             .iter()
             .filter(|j| winner(cells, j).is_some_and(|w| w.target == target))
             .count();
-        let vs: Vec<_> = mine.iter().filter_map(|c| c.vs_peer).collect();
-        let iops_r: Vec<f64> = vs.iter().map(|p| p.iops).collect();
-        let spread = Spread::of(&iops_r);
-        let (g, range, p99, cpu) = if vs.is_empty() {
-            (None, Cell::new("-", Tone::Muted), None, None)
-        } else {
-            (
-                Some(geomean(&iops_r)),
-                Cell::from(format!("{:.2}..{:.2}", spread.min, spread.max)),
-                Some(Spread::over(&vs, |p| p.p99).median),
-                Some(Spread::over(&vs, |p| p.cpu_ns_per_io).median),
-            )
-        };
+        let versus = Versus::over(mine.iter().copied());
+        let range = versus.map_or_else(
+            || Cell::new("-", Tone::Muted),
+            |v| Cell::from(format!("{:.2}..{:.2}", v.iops.min, v.iops.max)),
+        );
         let name_tone = if target == DEFAULTS {
             Tone::Strong
         } else {
@@ -162,10 +142,10 @@ pub fn overview(cells: &[CellResult]) -> Table {
             Cell::new(target.clone(), name_tone),
             Cell::from(mine.len().to_string()),
             Cell::from(wins.to_string()),
-            ratio(g, true),
+            ratio(versus.map(|v| v.iops_geomean), true),
             range,
-            ratio(p99, false),
-            ratio(cpu, false),
+            ratio(versus.map(|v| v.p99_median), false),
+            ratio(versus.map(|v| v.cpu_median), false),
             Cell::from(format!(
                 "{:.3}",
                 Spread::over(&mine, |c| c.notifications_per_io).median

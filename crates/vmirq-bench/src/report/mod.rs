@@ -10,5 +10,6 @@ pub mod json;
 pub mod plots;
 pub mod summary;
 pub mod table;
+pub mod versus;
 
 pub use json::{Document, RunInfo};

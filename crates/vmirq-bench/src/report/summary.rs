@@ -4,6 +4,7 @@
 //! all jobs (geometric mean of IOPS ratios, median p99 and CPU ratios) and the latency it adds
 //! over bare at queue depth 1.
 
+use super::versus::Versus;
 use crate::results::CellResult;
 use crate::stats::Spread;
 use crate::target::TargetSpec;
@@ -80,16 +81,18 @@ pub fn headline(cells: &[CellResult]) -> Option<Headline> {
             })
         })
         .collect();
-    if jobs.is_empty() {
-        return None;
-    }
-    let ratios: Vec<f64> = jobs.iter().map(|j| j.iops_ratio).collect();
+    let cells_vs: Vec<&CellResult> = cells
+        .iter()
+        .filter(|c| c.target == target && c.vs_peer.is_some())
+        .filter(|c| cells.iter().any(|p| p.target == peer && p.same_job(c)))
+        .collect();
+    let v = Versus::over(cells_vs)?;
     Some(Headline {
         target,
         peer,
-        iops_ratio_geomean: geomean(&ratios),
-        iops_ratio_min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
-        cpu_ratio_median: Spread::over(&jobs, |j| j.cpu_ratio).median,
+        iops_ratio_geomean: v.iops_geomean,
+        iops_ratio_min: v.iops.min,
+        cpu_ratio_median: v.cpu_median,
         jobs,
     })
 }
@@ -134,21 +137,6 @@ pub fn render_headline(h: Option<&Headline>) -> String {
     out
 }
 
-/// Geometric mean of the finite, positive values (NaN if there are none).
-#[must_use]
-pub fn geomean(values: &[f64]) -> f64 {
-    let logs: Vec<f64> = values
-        .iter()
-        .copied()
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .map(f64::ln)
-        .collect();
-    if logs.is_empty() {
-        return f64::NAN;
-    }
-    (logs.iter().sum::<f64>() / crate::stats::as_f64(logs.len() as u64)).exp()
-}
-
 /// The headline, then one line per non-bare target.
 #[must_use]
 pub fn render(cells: &[CellResult]) -> String {
@@ -164,7 +152,7 @@ pub fn render(cells: &[CellResult]) -> String {
             .iter()
             .filter(|c| c.target == t && c.repetitions > 0)
             .collect();
-        let peer: Vec<_> = mine.iter().filter_map(|c| c.vs_peer).collect();
+        let versus = Versus::over(mine.iter().copied());
         let qd1 = mine.iter().find(|c| {
             c.workload == "randread-4k"
                 && c.queue_depth == 1
@@ -179,22 +167,22 @@ pub fn render(cells: &[CellResult]) -> String {
                 )
             });
         let notif = Spread::over(&mine, |c| c.notifications_per_io).median;
-        if peer.is_empty() {
-            let _ = writeln!(
-                out,
-                "{t}: {} cells, median {notif:.2} notifications/IO{added}",
-                mine.len()
-            );
-        } else {
-            let iops = geomean(&peer.iter().map(|p| p.iops).collect::<Vec<_>>());
-            let p99 = Spread::over(&peer, |p| p.p99).median;
-            let cpu = Spread::over(&peer, |p| p.cpu_ns_per_io).median;
-            let _ = writeln!(
-                out,
-                "{t}: vs qemu-storage-daemon over {} cells: IOPS x{iops:.2} (geomean), p99 x{p99:.2}, \
-                 CPU/IO x{cpu:.2} (medians); {notif:.2} notifications/IO{added}",
-                peer.len()
-            );
+        match versus {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "{t}: {} cells, median {notif:.2} notifications/IO{added}",
+                    mine.len()
+                );
+            }
+            Some(v) => {
+                let _ = writeln!(
+                    out,
+                    "{t}: vs qemu-storage-daemon over {} cells: IOPS x{:.2} (geomean), p99 x{:.2}, \
+                     CPU/IO x{:.2} (medians); {notif:.2} notifications/IO{added}",
+                    v.jobs, v.iops_geomean, v.p99_median, v.cpu_median
+                );
+            }
         }
     }
     out
@@ -258,12 +246,5 @@ mod tests {
             .collect();
         assert!(headline(&alone).is_none());
         assert!(!render(&alone).starts_with("Defaults"));
-    }
-
-    #[test]
-    fn geomean_ignores_non_positive() {
-        assert!((geomean(&[2.0, 8.0]) - 4.0).abs() < 1e-12);
-        assert!((geomean(&[1.0, f64::NAN, 0.0, 1.0]) - 1.0).abs() < 1e-12);
-        assert!(geomean(&[]).is_nan());
     }
 }
