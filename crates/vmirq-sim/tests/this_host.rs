@@ -36,7 +36,10 @@ fn irqfd_wake_is_the_sum_of_the_primitives_on_its_path() {
     // Sleeping: kick, scheduler wakeup, VM entry, IDT entry; no other cost on the path.
     assert_eq!(value(&r, "irqfd-100-off", "wakeup_ns.p50"), slept);
     let off = &r.runs["irqfd-100-off"].values;
-    assert!(!off.contains_key("host_poll_hits"), "no halt polling configured");
+    assert!(
+        !off.contains_key("host_poll_hits"),
+        "no halt polling configured"
+    );
     // Polled: VM entry and IDT entry only, and KVM's window catches every 100 us halt.
     assert_eq!(value(&r, "irqfd-100-poll200", "wakeup_ns.p50"), entry);
     let halts = value(&r, "irqfd-100-poll200", "halts");
