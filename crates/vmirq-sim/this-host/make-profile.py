@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Build the vmirq-sim `this-host` costs (format vmirq-sim-costs-v1) from primitive
-measurements only (issue 16). Usage: make-profile.py MEASURE_DIR > profile.json
+measurements only (issue 16). Usage: make-profile.py [--reentry] MEASURE_DIR > profile.json
+
+--reentry (profile v2, added after the first prediction missed): also add `vmirq kvm exits`'
+`reentry.penalty_ns` (re-entering the guest after the vCPU thread slept, minus a hot
+re-entry) to `sched_wakeup_ns`, the one cost the model charges only on a slept wake.
 
 Inputs (written by measure-primitives.sh): MEASURE_DIR/primitives.jsonl (host probes,
 primitives.c) and MEASURE_DIR/exits-*.json (`vmirq kvm exits --json`). Every derived cost
@@ -40,7 +44,9 @@ def med_min_max(xs):
 
 
 def main():
-    d = sys.argv[1]
+    args = sys.argv[1:]
+    reentry = "--reentry" in args
+    d = [a for a in args if a != "--reentry"][0]
     rows = [json.loads(l) for l in open(os.path.join(d, "primitives.jsonl")) if l.strip()]
     exits = {}
     for p in sorted(glob.glob(os.path.join(d, "exits-*.json"))):
@@ -63,7 +69,7 @@ def main():
         raise KeyError((r, name))
 
     per = {k: [] for k in ["insn", "kick_ns", "sched_wakeup_ns", "poll_notice_ns",
-                           "wrmsr_exit_ns", "wake_30_ns", "timerfd_ns"]}
+                           "wrmsr_exit_ns", "wake_30_ns", "timerfd_ns", "reentry_penalty_ns"]}
     for r in rounds:
         w = probe(r, "wake", 100)
         per["insn"].append(round(op(r, "baseline")["raw_ns"]["p50"] / 6))
@@ -73,11 +79,13 @@ def main():
         per["wrmsr_exit_ns"].append(op(r, "ipi_self")["net_p50_ns"])
         per["wake_30_ns"].append(probe(r, "wake", 30)["wake_ns"][0])
         per["timerfd_ns"].append(probe(r, "timerfd", 100)["wake_ns"][0])
-    s = {k: med_min_max(v) for k, v in per.items()}
+        if reentry:
+            per["reentry_penalty_ns"].append(exits[r]["reentry"]["penalty_ns"])
+    s = {k: med_min_max(v) for k, v in per.items() if v}
     insn = s["insn"][0]
     costs = {
         "kick_ns": s["kick_ns"][0],
-        "sched_wakeup_ns": s["sched_wakeup_ns"][0],
+        "sched_wakeup_ns": s["sched_wakeup_ns"][0] + (s["reentry_penalty_ns"][0] if reentry else 0),
         "context_switch_ns": s["sched_wakeup_ns"][0],
         "poll_notice_ns": s["poll_notice_ns"][0],
         "wrmsr_exit_ns": s["wrmsr_exit_ns"][0],
@@ -96,8 +104,9 @@ def main():
         "inputs_median_min_max": s,
         "derivation": {
             "kick_ns": "probe wake 1->0 @100us: write() p50",
-            "sched_wakeup_ns": "probe wake 1->0 @100us: wake p50 - write() p50",
-            "context_switch_ns": "= sched_wakeup_ns (no separate probe)",
+            "sched_wakeup_ns": "probe wake 1->0 @100us: wake p50 - write() p50"
+                               + (" + exits reentry.penalty_ns" if reentry else ""),
+            "context_switch_ns": "probe wake 1->0 @100us: wake p50 - write() p50 (no separate probe)",
             "poll_notice_ns": "probe notice 1->0 @100us: p50",
             "wrmsr_exit_ns": "vmirq kvm exits: ipi_self net p50",
             "exit_roundtrip_ns": "insn = vmirq kvm exits: baseline raw p50 / 6",
