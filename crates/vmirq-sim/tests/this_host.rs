@@ -51,3 +51,24 @@ fn irqfd_wake_is_the_sum_of_the_primitives_on_its_path() {
         slept + cost(&sets, "wrmsr_exit_ns")
     );
 }
+
+#[test]
+fn every_this_host_scenario_runs_with_its_profile() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=20000".into());
+    sets.push("warmup_us=2000".into());
+    let refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    // Same core: the sender is runnable on the pCPU, so KVM never polls.
+    let same = run_scenario("this_host_wake_same", &refs);
+    assert!(value(&same, "ipi-100-poll200", "halts") > 10.0);
+    assert!(!same.runs["ipi-100-poll200"]
+        .values
+        .contains_key("host_poll_hits"));
+    let v2 = run_scenario("this_host_wake_v2", &refs);
+    assert!(value(&v2, "irqfd-300-off", "wakeup_ns.p50") > 0.0);
+    // Device: moderation by count sends fewer notifications per completion than none.
+    let dev = run_scenario("this_host_device", &refs);
+    let per = |run: &str| value(&dev, run, "notifications") / value(&dev, run, "ios_completed");
+    assert!(per("none") > 0.9, "none notifies every completion");
+    assert!(per("count") < 0.5 * per("none"));
+}
