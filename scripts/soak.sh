@@ -10,10 +10,14 @@
 #
 # Usage: scripts/soak.sh            (10 minutes per policy, 100 reconnects, 10 kills each)
 #        MINUTES=1 POLICIES="none vic" scripts/soak.sh
+#        PARALLEL=1 scripts/soak.sh (every policy at once, each in OUT/<policy name> with its
+#        own socket, image, server and client, under nice 19: 10 minutes for all 7)
 # Env: MINUTES RECONNECTS KILLS POLICIES BLOCKS (4 KiB blocks of the image, 16384 = 64 MiB)
-#      SAMPLE (seconds, 2) OUT (results directory, crates/vmirq-blk/results/soak-<UTC date>).
+#      SAMPLE (seconds, 2) OUT (results directory, crates/vmirq-blk/results/soak-<UTC date>)
+#      PARALLEL (1: run the policies concurrently).
 # Exit status 1 when any policy saw a data mismatch or a client error.
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 
 MINUTES=${MINUTES:-10}
@@ -26,6 +30,31 @@ OUT=${OUT:-crates/vmirq-blk/results/soak-$(date -u +%Y-%m-%dT%H%M)}
 
 cargo build --release -q -p vmirq
 cargo build --release -q -p vmirq-blk --example soak_client
+
+if [ "${PARALLEL:-0}" = 1 ]; then
+  # One soak per policy, all at once; each writes OUT/<name>/ and OUT/<name>.out.
+  mkdir -p "$OUT"
+  children=()
+  trap 'kill "${children[@]}" 2>/dev/null || true; wait' EXIT
+  for policy in $POLICIES; do
+    name=${policy%%:*}
+    PARALLEL=0 POLICIES="$policy" OUT="$OUT/$name" nice -n 19 bash "$self" >"$OUT/$name.out" 2>&1 &
+    children+=("$!")
+  done
+  status=0
+  for pid in "${children[@]}"; do
+    wait "$pid" || status=1
+  done
+  children=()
+  set -- $POLICIES
+  {
+    head -n 1 "$OUT/${1%%:*}/summary.txt"
+    for policy in $POLICIES; do
+      sed -n 2p "$OUT/${policy%%:*}/summary.txt"
+    done
+  } | tee "$OUT/summary.txt"
+  exit "$status"
+fi
 serve=target/release/vmirq
 client=target/release/examples/soak_client
 mkdir -p "$OUT"

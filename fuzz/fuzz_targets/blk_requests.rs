@@ -65,6 +65,8 @@ struct Input {
     read_only: bool,
     /// 4096-byte logical blocks (a 4Kn device) instead of 512.
     four_k: bool,
+    /// VIRTIO_F_RING_INDIRECT_DESC not negotiated (an INDIRECT descriptor breaks the queue).
+    no_indirect: bool,
     moderation: u8,
     /// Engine batch bound 1..=4 (small bounds exercise the resume-by-timer path).
     max_batches: u8,
@@ -84,6 +86,7 @@ fuzz_target!(|input: Input| {
         moderation,
         max_batches_per_event: usize::from(input.max_batches % 4) + 1,
         block_size: if input.four_k { 4096 } else { 512 },
+        indirect_desc: !input.no_indirect,
         ..DeviceOpts::default()
     };
     let capacity = input.async_storage.map(|c| usize::from(c % 8) + 1);

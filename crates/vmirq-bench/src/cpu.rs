@@ -61,7 +61,7 @@ impl Placement {
 /// Number of CPUs this process may use.
 #[must_use]
 pub fn online_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    vmirq_os::online_cpus()
 }
 
 /// Pin the calling thread to `cpu` (`None` allows every CPU). Failure is logged, not fatal:
@@ -75,26 +75,9 @@ pub fn pin_current_thread(cpu: Option<usize>) {
 /// Set the affinity of task `tid` (0 = calling thread) to `cpu`, or to all CPUs for `None`.
 ///
 /// # Errors
-/// The OS error of `sched_setaffinity`.
+/// The OS error of `sched_setaffinity` (see [`vmirq_os::set_affinity`]).
 pub fn set_affinity(tid: libc::pid_t, cpu: Option<usize>) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is a plain bit array for which all-zero is a valid (empty) value.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let cpus: Vec<usize> = match cpu {
-        Some(c) => vec![c],
-        None => (0..online_cpus()).collect(),
-    };
-    for c in cpus {
-        // SAFETY: CPU_SET only writes the bit for `c` inside `set`; `c` is below the number of
-        // online CPUs, far below CPU_SETSIZE (1024).
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: `set` is a valid, initialised cpu_set_t and the size passed is its exact size.
-    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    vmirq_os::set_affinity(tid, cpu)
 }
 
 /// Whole-machine CPU time in clock ticks, from the `cpu` line of `/proc/stat`.

@@ -6,6 +6,7 @@
 //!
 //! `engine_cost BATCHES [BATCH] [null|ram] [MODERATION]`; 0 batches measures setup only.
 
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, TestDevice};
 use vmirq_blk::storage::{Disk, NullDisk, RamDisk};
 use vmirq_blk::virtio::req;

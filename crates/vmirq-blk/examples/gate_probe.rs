@@ -22,19 +22,9 @@ fn main() {
     }
     let cpu: usize = args[1].parse().expect("CPU");
     let secs: f64 = args[2].parse().expect("SECONDS");
-    assert!(cpu < 1024, "CPU out of range");
-    // SAFETY: an all-zero cpu_set_t is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is below CPU_SETSIZE (1024).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pins the calling thread (pid 0) to a valid set of the right size.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(
-        rc,
-        0,
-        "sched_setaffinity: {}",
-        std::io::Error::last_os_error()
-    );
+    if let Err(e) = vmirq_os::pin_current_thread(cpu) {
+        panic!("cannot pin to CPU {cpu}: {e}");
+    }
     let mut totals = ThreadSchedstat::new();
     let first = totals.read().expect("/proc/thread-self/schedstat");
     let mut sampler = CpuSampler::new(Box::new(ThreadSchedstat::new()));

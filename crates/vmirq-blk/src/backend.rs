@@ -8,23 +8,21 @@
 //! `2 * queues + 1 + q` its storage completion fd, if it has one (both registered by the
 //! server after the daemon is created).
 
-use crate::engine::{QueueEngine, Ring};
+use crate::engine::{Dropped, QueueEngine};
 use crate::virtio::{feature, BlkConfig};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringState, VringT};
-use virtio_queue::Queue;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use vm_memory::GuestAddressSpace;
+use vmirq_vhost::daemon::{ExitEvents, HasExitEvents};
+use vmirq_vhost::LiveRing;
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
-/// Guest memory as the vhost-user machinery shares it.
-pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap>;
+pub use vmirq_vhost::GuestMem;
 
 /// The device of one frontend connection.
 pub struct BlkBackend {
@@ -35,9 +33,9 @@ pub struct BlkBackend {
     engines: Vec<Mutex<QueueEngine>>,
     /// Queue bitmask per worker thread.
     masks: Vec<u64>,
-    /// Raw fds of the exit-event consumers handed to the worker epoll loops (see
-    /// [`BlkBackend::exit_consumer_fds`]).
-    exit_fds: Mutex<Vec<RawFd>>,
+    /// The exit events handed to the worker epoll loops (closed by the connection's
+    /// teardown, see [`vmirq_vhost::daemon::ExitEvents`]).
+    exit_events: ExitEvents,
     /// Each queue's vring, remembered from the worker events (vhost-user-backend hands the
     /// vrings only to `handle_event`), so `stop_vring` can complete requests in flight. A
     /// queue that never had an event has nothing in flight.
@@ -80,7 +78,7 @@ impl BlkBackend {
             mem,
             engines,
             masks,
-            exit_fds: Mutex::new(Vec::new()),
+            exit_events: ExitEvents::default(),
             vrings,
             vrings_known: AtomicU64::new(0),
         }
@@ -111,6 +109,16 @@ impl BlkBackend {
         &self.masks
     }
 
+    /// The frontend is gone: detach every queue engine (wait for its storage in flight and
+    /// forget those requests; see [`QueueEngine::detach`]). Returns the totals.
+    pub fn detach(&self) -> Dropped {
+        let mut total = Dropped::default();
+        for e in &self.engines {
+            total.add(e.lock().unwrap_or_else(PoisonError::into_inner).detach());
+        }
+        total
+    }
+
     /// Hold-timer fd of queue `q`.
     #[must_use]
     pub fn timer_fd(&self, q: usize) -> Option<RawFd> {
@@ -137,14 +145,7 @@ impl BlkBackend {
         (self.engines.len() + 1 + q) as u64
     }
 
-    /// The exit-event consumer fds given to vhost-user-backend's worker loops. The library
-    /// registers them with `into_raw_fd` and never closes them; the server closes them after
-    /// the daemon (and so every worker) is gone, so reconnects do not leak descriptors.
-    pub fn take_exit_consumer_fds(&self) -> Vec<RawFd> {
-        std::mem::take(&mut *self.exit_fds.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    fn with_engine<F: FnOnce(&mut QueueEngine, &mut VringState<GuestMem>)>(
+    fn with_engine<F: FnOnce(&mut QueueEngine, &mut LiveRing<'_>)>(
         &self,
         q: usize,
         vrings: &[VringRwLock<GuestMem>],
@@ -159,7 +160,13 @@ impl BlkBackend {
         };
         let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
         let mut state = vring.get_mut();
-        f(&mut engine, &mut state);
+        f(
+            &mut engine,
+            &mut LiveRing {
+                state: &mut state,
+                mem: &self.mem,
+            },
+        );
     }
 }
 
@@ -206,12 +213,9 @@ fn global_index(masks: &[u64], thread: usize, local: usize) -> Option<usize> {
     (0..64).filter(|q| mask & (1 << q) != 0).nth(local)
 }
 
-impl Ring for VringState<GuestMem> {
-    fn queue_mut(&mut self) -> &mut Queue {
-        self.get_queue_mut()
-    }
-    fn signal(&self) -> io::Result<()> {
-        self.signal_used_queue()
+impl HasExitEvents for BlkBackend {
+    fn exit_events(&self) -> &ExitEvents {
+        &self.exit_events
     }
 }
 
@@ -237,6 +241,14 @@ impl VhostUserBackend for BlkBackend {
     fn reset_device(&self) {
         for e in &self.engines {
             e.lock().unwrap_or_else(PoisonError::into_inner).reset();
+        }
+    }
+    fn acked_features(&self, features: u64) {
+        let indirect = features & bit(feature::RING_INDIRECT_DESC) != 0;
+        for e in &self.engines {
+            e.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set_indirect_desc(indirect);
         }
     }
     fn set_event_idx(&self, _enabled: bool) {
@@ -265,18 +277,17 @@ impl VhostUserBackend for BlkBackend {
             let mem = self.mem.memory().into_inner();
             // Same lock order as the worker (engine, then vring).
             let mut engine = engine.lock().unwrap_or_else(PoisonError::into_inner);
-            engine.on_stop(&mut *vring.get_mut(), &mem);
+            let mut state = vring.get_mut();
+            let mut ring = LiveRing {
+                state: &mut state,
+                mem: &self.mem,
+            };
+            engine.on_stop(&mut ring, &mem);
         }
         Ok(())
     }
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let (consumer, notifier) =
-            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
-        self.exit_fds
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(consumer.as_raw_fd());
-        Some((consumer, notifier))
+        self.exit_events.create()
     }
     fn handle_event(
         &self,

@@ -18,33 +18,41 @@
 //!   ring rules first, then the virtio-blk request;
 //! - [`storage`]: RAM, null and io_uring image-file disks.
 //!
-//! The vhost-user protocol itself is rust-vmm's (`vhost`, `vhost-user-backend`).
+//! The device-independent queue machinery (moderation with its hold timer, EVENT_IDX,
+//! kick polling, generic counters, the Prometheus endpoint) is `vmirq_vhost`'s, shared with
+//! the other vmirq devices, as are the ring rules of [`chain`], the message [`guard`] and
+//! INFLIGHT_SHMFD ([`inflight`]);
+//! those modules are re-exported from there. The
+//! vhost-user protocol itself is rust-vmm's (`vhost`, `vhost-user-backend`).
 
 pub mod backend;
-pub mod chain;
-pub mod clock;
 pub mod config;
 pub mod counters;
-pub mod cpustat;
 pub mod engine;
-pub mod guard;
 pub mod guest_io;
-pub mod inflight;
 #[cfg(feature = "test-utils")]
 pub mod manual_io;
-pub mod metrics;
-#[cfg(feature = "test-utils")]
-pub mod mock_guest;
-#[cfg(feature = "test-utils")]
-pub mod raw_frontend;
 pub mod request;
 pub mod server;
-pub mod signals;
 pub mod storage;
-pub mod timer;
+#[cfg(feature = "test-utils")]
+pub mod test_device;
 #[cfg(feature = "test-utils")]
 pub mod vhost_frontend;
 pub mod virtio;
+
+pub use vmirq_vhost::{chain, clock, cpustat, guard, inflight};
+
+/// The driver-side mock guest (vmirq-vhost's, feature `test-utils`) with the block device's
+/// requests ([`BlkRequests`](test_device::BlkRequests)) and [`TestDevice`](test_device::TestDevice).
+#[cfg(feature = "test-utils")]
+pub mod mock_guest {
+    pub use crate::test_device::*;
+    pub use vmirq_vhost::mock_guest::*;
+}
+/// The adversarial vhost-user frontend (vmirq-vhost's, feature `test-utils`).
+#[cfg(feature = "test-utils")]
+pub use vmirq_vhost::raw_frontend;
 
 pub use config::{parse_size, DiskSpec, ServerConfig, ServerOptions};
 pub use server::{Server, ServerError, ServerHandle};

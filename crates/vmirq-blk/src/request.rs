@@ -18,6 +18,9 @@ use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMma
 /// Most descriptors one request may use (header + data + status); `seg_max` is derived from
 /// it. Longer chains that are otherwise sound (at most the queue size) get IOERR.
 pub const MAX_DESCRIPTORS: u16 = 1024;
+
+// The ring walker's floor on chain length and this parser's limit are one number.
+const _: () = assert!(chain::CHAIN_MAX == MAX_DESCRIPTORS as u32);
 /// Most DISCARD / WRITE_ZEROES segments per request (`max_discard_seg`).
 pub const MAX_DISCARD_SEGMENTS: u32 = 1;
 

@@ -10,10 +10,9 @@
 
 use crate::backend::{BlkBackend, DeviceParams, GuestMem};
 use crate::config::{DiskSpec, ServerConfig};
-use crate::counters::{CounterSnapshot, QueueCounters};
-use crate::engine::{EngineParts, QueueEngine};
+use crate::counters::{BlkQueueCounters, CounterSnapshot};
+use crate::engine::{Dropped, EngineParts, QueueEngine};
 use crate::guard::rules::Limits;
-use crate::guard::{Guard, Rendezvous};
 use crate::inflight::InflightState;
 use crate::request::DiskGeometry;
 use crate::storage::{Disk, FileDisk, NullDisk, RamDisk, StorageError};
@@ -26,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmirq_vhost::daemon::{Connection, DaemonError, GuardedDaemon};
 use vmm_sys_util::epoll::EventSet;
 
 /// Largest payload of one request (64 MiB); larger requests get IOERR.
@@ -44,9 +44,9 @@ pub enum ServerError {
     /// The socket could not be created.
     #[error("cannot listen on the vhost-user socket")]
     Listen(#[source] vhost::vhost_user::Error),
-    /// The vhost-user daemon failed to start.
-    #[error("cannot start the vhost-user device: {0}")]
-    Daemon(String),
+    /// The vhost-user daemon of a connection failed to start.
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
     /// A system call failed (timer, epoll registration, poll).
     #[error("system call failed")]
     Io(#[from] io::Error),
@@ -60,9 +60,10 @@ pub type Result<T> = std::result::Result<T, ServerError>;
 pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     current: Arc<Mutex<Option<ShutdownHandle>>>,
-    counters: Arc<Vec<Arc<QueueCounters>>>,
+    counters: Arc<Vec<Arc<BlkQueueCounters>>>,
     connections: Arc<AtomicU64>,
     serving: Arc<AtomicBool>,
+    dropped: Arc<Mutex<Dropped>>,
 }
 
 impl ServerHandle {
@@ -90,6 +91,28 @@ impl ServerHandle {
     #[must_use]
     pub fn serving(&self) -> bool {
         self.serving.load(Ordering::Acquire)
+    }
+
+    /// Handle the process's signals (see [`vmirq_vhost::signals`]): SIGUSR1 prints the
+    /// counters to stderr, SIGINT and SIGTERM stop the server. Call before the server starts
+    /// any thread.
+    ///
+    /// # Errors
+    /// When the signal mask cannot be changed or the thread cannot be spawned.
+    pub fn install_signals(&self) -> io::Result<()> {
+        let (report, stop) = (self.clone(), self.clone());
+        vmirq_vhost::signals::install(
+            move || eprint!("{}", crate::counters::summary(&report.counters())),
+            move || stop.stop(),
+        )
+    }
+
+    /// Requests that were in flight when their frontend went away, over every connection so
+    /// far: storage finished them (or failed them, or not within the timeout), nobody
+    /// completed them.
+    #[must_use]
+    pub fn dropped_in_flight(&self) -> Dropped {
+        *self.dropped.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Frontend connections accepted so far.
@@ -120,7 +143,7 @@ impl Server {
             DiskSpec::Null(n) => Arc::new(NullDisk::new(*n)?),
         };
         let counters = (0..config.queues)
-            .map(|_| Arc::new(QueueCounters::default()))
+            .map(|_| Arc::new(BlkQueueCounters::default()))
             .collect();
         let handle = ServerHandle {
             stop: Arc::new(AtomicBool::new(false)),
@@ -128,6 +151,7 @@ impl Server {
             counters: Arc::new(counters),
             connections: Arc::new(AtomicU64::new(0)),
             serving: Arc::new(AtomicBool::new(false)),
+            dropped: Arc::new(Mutex::new(Dropped::default())),
         };
         Ok(Self {
             config,
@@ -155,11 +179,15 @@ impl Server {
     pub fn run(&self) -> Result<()> {
         let mut listener = Listener::new(&self.config.socket, true).map_err(ServerError::Listen)?;
         if let Some(addr) = self.config.metrics {
-            crate::metrics::spawn(addr, self.handle.clone())?;
+            let handle = self.handle.clone();
+            vmirq_vhost::metrics::spawn(
+                addr,
+                Box::new(move || crate::counters::prometheus(&handle.counters())),
+            )?;
         }
         tracing::info!(socket = %self.config.socket.display(), disk = %self.disk.describe(), "serving");
         while !self.handle.stop.load(Ordering::Acquire) {
-            if !readable(listener.as_raw_fd(), ACCEPT_POLL_MS)? {
+            if !vmirq_vhost::daemon::readable(listener.as_raw_fd(), ACCEPT_POLL_MS)? {
                 continue;
             }
             self.serve_one(&mut listener)?;
@@ -188,58 +216,55 @@ impl Server {
         let inflight = Arc::new(InflightState::new(c.queues, c.queue_size));
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(self.device(mem.clone(), &inflight)?);
-        let mut daemon = VhostUserDaemon::new("vmirq-blk".to_owned(), Arc::clone(&backend), mem)
-            .map_err(daemon_error)?;
-        for (thread, handler) in daemon.get_epoll_handlers().iter().enumerate() {
-            let mask = backend.masks().get(thread).copied().unwrap_or(0);
-            for q in (0..64).filter(|q| mask & (1 << q) != 0) {
-                if let Some(fd) = backend.timer_fd(q) {
-                    handler.register_listener(fd, EventSet::IN, backend.timer_event(q))?;
-                }
-                if let Some(fd) = backend.io_fd(q) {
-                    handler.register_listener(fd, EventSet::IN, backend.io_event(q))?;
-                }
-            }
-        }
-        let rendezvous = Rendezvous::new()?;
-        let path = rendezvous.path().to_string_lossy().into_owned();
-        daemon.start_client(&path).map_err(daemon_error)?;
-        let limits = Limits {
-            queues: self.config.queues,
-            max_queue_size: self.config.queue_size,
+        let connection = Connection {
+            name: "vmirq-blk",
+            backend: Arc::clone(&backend),
+            mem,
+            limits: Limits {
+                queues: c.queues,
+                max_queue_size: c.queue_size,
+            },
+            inflight: Some(inflight),
         };
-        let guard = Guard::spawn(frontend, rendezvous.accept_own()?, limits, Some(inflight))?;
+        let mut conn = GuardedDaemon::start(frontend, connection, |daemon| {
+            register_queue_fds(daemon, &backend)
+        })?;
         self.handle.serving.store(true, Ordering::Release);
         self.handle.connections.fetch_add(1, Ordering::Relaxed);
         *self
             .handle
             .current
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = daemon.shutdown_handle();
+            .unwrap_or_else(PoisonError::into_inner) = conn.shutdown_handle();
         if self.handle.stop.load(Ordering::Acquire) {
-            daemon.request_shutdown();
+            conn.request_shutdown();
         }
-        match daemon.wait() {
-            Ok(())
-            | Err(vhost_user_backend::Error::HandleRequest(
-                vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
-            )) => tracing::info!("frontend disconnected"),
-            Err(e) => tracing::warn!(error = %e, "frontend connection ended with an error"),
-        }
+        conn.wait();
         *self
             .handle
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
-        guard.close();
-        drop(daemon); // sends the exit events and joins the worker threads
-        for fd in backend.take_exit_consumer_fds() {
-            // SAFETY: these eventfds were created by BlkBackend::exit_event and handed to
-            // vhost-user-backend, which only registered them in a worker epoll with
-            // `into_raw_fd` and never closes them. The daemon and all its workers (and their
-            // epoll fds) are gone now, so nothing else refers to these descriptors.
-            unsafe { libc::close(fd) };
+        // Storage in flight is waited for before the worker threads exit, not after: io_uring
+        // ties an operation to the thread that submitted it, and when that thread exits the
+        // kernel cancels what has not reached the device (-ECANCELED, or -EFAULT for a retry
+        // queued to the exiting thread). Each request keeps its guest memory mapped until its
+        // operation is reaped; none is completed (the rings are the gone frontend's).
+        let dropped = backend.detach();
+        if dropped != Dropped::default() {
+            tracing::info!(
+                requests = dropped.requests,
+                failed = dropped.failed,
+                unfinished = dropped.unfinished,
+                "requests in flight when the frontend went away: storage finished, not completed"
+            );
         }
+        self.handle
+            .dropped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(dropped);
+        conn.finish();
         self.handle.serving.store(false, Ordering::Release);
         Ok(())
     }
@@ -267,8 +292,8 @@ impl Server {
                 moderation: c.moderation.build(),
                 waiter: c.poll.build(),
                 contention: c.contention.build(),
-                cpu: crate::cpustat::CpuSampler::new(Box::new(
-                    crate::cpustat::ThreadSchedstat::new(),
+                cpu: vmirq_vhost::cpustat::CpuSampler::new(Box::new(
+                    vmirq_vhost::cpustat::ThreadSchedstat::new(),
                 )),
                 counters: Arc::clone(&self.handle.counters[usize::from(q)]),
                 max_batches_per_event: crate::engine::MAX_BATCHES_PER_EVENT,
@@ -300,27 +325,22 @@ impl Server {
     }
 }
 
-/// vhost-user-backend's error is neither `Sync` nor `std::error::Error`; keep its text.
-fn daemon_error(e: vhost_user_backend::Error) -> ServerError {
-    ServerError::Daemon(e.to_string())
-}
-
-/// Wait up to `timeout_ms` for `fd` to become readable.
-fn readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is one valid pollfd and the count is 1.
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
+/// Register each queue's hold timer and storage completion fd in the epoll of the worker
+/// thread that serves the queue.
+fn register_queue_fds(
+    daemon: &mut VhostUserDaemon<Arc<BlkBackend>>,
+    backend: &BlkBackend,
+) -> io::Result<()> {
+    for (thread, handler) in daemon.get_epoll_handlers().iter().enumerate() {
+        let mask = backend.masks().get(thread).copied().unwrap_or(0);
+        for q in (0..64).filter(|q| mask & (1 << q) != 0) {
+            if let Some(fd) = backend.timer_fd(q) {
+                handler.register_listener(fd, EventSet::IN, backend.timer_event(q))?;
+            }
+            if let Some(fd) = backend.io_fd(q) {
+                handler.register_listener(fd, EventSet::IN, backend.io_event(q))?;
+            }
+        }
     }
-    Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
+    Ok(())
 }

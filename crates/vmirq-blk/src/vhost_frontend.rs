@@ -11,7 +11,7 @@
 //! The message encoding is the `vhost` crate's frontend.
 
 use crate::inflight::area::{AreaLimits, InflightArea, QueueLog};
-use crate::mock_guest::{Layout, MockGuest, F_NEXT, F_WRITE};
+use crate::mock_guest::{BlkRequests, Layout, MockGuest, F_NEXT, F_WRITE};
 use crate::virtio::{feature, req, HEADER_LEN};
 use std::collections::HashMap;
 use std::fs::File;

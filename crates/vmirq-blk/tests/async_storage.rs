@@ -7,6 +7,7 @@
 use std::time::Duration;
 use vmirq_blk::clock::now_ns;
 use vmirq_blk::manual_io::{manual_io, ManualIoHandle};
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, Submitted, TestDevice};
 use vmirq_blk::virtio::{req, status};
 
@@ -48,7 +49,7 @@ fn requests_stay_in_flight_until_storage_finishes_them() {
     assert_eq!(d.guest.take_used().len(), 1);
     assert_eq!(d.engine.in_flight(), 0);
     assert!(subs.iter().all(|s| d.guest.status(s) == status::OK));
-    assert_eq!(d.counters.snapshot().requests, 3);
+    assert_eq!(d.counters.snapshot().device.requests, 3);
 }
 
 #[test]
@@ -110,7 +111,7 @@ fn failed_storage_operation_completes_with_ioerr_and_no_data_length() {
         "failed read reported data bytes"
     );
     assert_eq!(len_of(subs[1].head), Some(SECTOR + 1));
-    assert_eq!(d.counters.snapshot().errors, 1);
+    assert_eq!(d.counters.snapshot().queue.errors, 1);
 }
 
 #[test]

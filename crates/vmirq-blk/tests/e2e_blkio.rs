@@ -58,7 +58,11 @@ const POLICIES: &[&str] = vmirq_blk::mock_guest::EVERY_MODERATION;
 
 /// Backend notifications (call-eventfd writes) summed over queues.
 fn backend_notifications(srv: &Running) -> u64 {
-    srv.handle.counters().iter().map(|c| c.notifications).sum()
+    srv.handle
+        .counters()
+        .iter()
+        .map(|c| c.queue.notifications)
+        .sum()
 }
 
 #[test]
@@ -76,8 +80,8 @@ fn every_moderation_policy_keeps_data_intact_and_counts_match_the_client() {
         let totals = srv.handle.counters()[0];
         srv.stop();
         // Requests: 32 + 32 (QD1) + 256 + 256 (QD32).
-        assert_eq!(totals.requests, 576, "{spec}: request count");
-        assert_eq!(totals.errors, 0, "{spec}: errors");
+        assert_eq!(totals.device.requests, 576, "{spec}: request count");
+        assert_eq!(totals.queue.errors, 0, "{spec}: errors");
         assert_eq!(
             client_seen, backend,
             "{spec}: client saw {client_seen} notifications, backend sent {backend}"
@@ -209,7 +213,12 @@ fn three_queues_serve_with_one_two_or_three_worker_threads() {
                 .all(|&b| b == 0x70 + u8::try_from(q).expect("small")));
         }
         drop(c);
-        let per_queue: Vec<u64> = srv.handle.counters().iter().map(|c| c.requests).collect();
+        let per_queue: Vec<u64> = srv
+            .handle
+            .counters()
+            .iter()
+            .map(|c| c.device.requests)
+            .collect();
         srv.stop();
         assert_eq!(
             per_queue,
@@ -304,7 +313,7 @@ fn qd1_reads(poll: Option<&str>, n: usize) -> vmirq_blk::counters::CounterSnapsh
     drop(c);
     let q = srv.handle.counters()[0];
     srv.stop();
-    assert_eq!(q.requests, n as u64);
+    assert_eq!(q.device.requests, n as u64);
     q
 }
 
@@ -315,7 +324,7 @@ fn adaptive_poll_runs_by_default_and_not_with_never() {
     let default = qd1_reads(None, 1000);
     let polls = |c: &vmirq_blk::counters::CounterSnapshot| {
         // Polls that ran, plus those the contention gate refused (other tests share the CPUs).
-        c.poll_hits + c.poll_misses + c.poll_contended
+        c.queue.poll_hits + c.queue.poll_misses + c.queue.poll_contended
     };
     assert_eq!(polls(&never), 0, "`never` polled: {never:?}");
     assert!(polls(&kvm) > 0, "kvm policy never polled: {kvm:?}");

@@ -3,7 +3,8 @@
 //! connection for a refused message, or no completion and a broken queue for a hostile
 //! chain), that guest memory outside what was handed over is unchanged (canaries, where the
 //! case has set memory up), that the backend is alive, and that a fresh libblkio connection
-//! then does verified I/O.
+//! then does verified I/O. Every case runs under every moderation policy, without and with
+//! kick polling (as the descriptor-level suite does), a few configurations at a time.
 #![allow(missing_docs)]
 
 mod common;
@@ -12,12 +13,15 @@ use common::client::Client;
 use common::{pattern, Running};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
-use vmirq_blk::mock_guest::{Canary, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN, REGION1_START};
+use vmirq_blk::mock_guest::BlkRequests;
+use vmirq_blk::mock_guest::{
+    Canary, EVERY_MODERATION, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN, REGION1_LEN, REGION1_START,
+};
 use vmirq_blk::raw_frontend::{
     mem_table, memfd, message, req, vring_addr, vring_state, RawFrontend, Reply, Session,
     FLAG_NEED_REPLY, FLAG_REPLY, NO_FD, VA_BASE, VERSION_1,
 };
-use vmirq_blk::virtio::{req as blk, status};
+use vmirq_blk::virtio::{feature, req as blk, status};
 use vmirq_blk::DiskSpec;
 
 const QUEUES: u16 = 2;
@@ -25,10 +29,67 @@ const SIZE: u16 = 64;
 const BLOCK: usize = 4096;
 const SECTOR: u32 = 512;
 
-fn server() -> Running {
+/// Kick polling off, and a fixed 20 µs poll (as in the descriptor-level suite).
+const POLL: &[&str] = &["never", "fixed:ns=20000"];
+/// Configurations run at once by one test (each case starts its own server and socket).
+const PARALLEL: usize = 4;
+
+/// The server configuration a case runs under.
+struct Cfg {
+    moderation: &'static str,
+    poll: &'static str,
+}
+
+impl std::fmt::Display for Cfg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--moderation {} --poll {}", self.moderation, self.poll)
+    }
+}
+
+/// Every moderation policy, each without and with kick polling.
+fn configs() -> Vec<Cfg> {
+    EVERY_MODERATION
+        .iter()
+        .flat_map(|&moderation| POLL.iter().map(move |&poll| Cfg { moderation, poll }))
+        .collect()
+}
+
+/// Run `case` under every configuration, [`PARALLEL`] at a time; a failure names every
+/// configuration it failed under.
+fn each_config(case: fn(&Cfg)) {
+    let all = configs();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..PARALLEL {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(cfg) = all.get(i) else { break };
+                if std::panic::catch_unwind(|| case(cfg)).is_err() {
+                    failed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(cfg.to_string());
+                }
+            });
+        }
+    });
+    let failed = failed
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert!(
+        failed.is_empty(),
+        "case failed under: {}",
+        failed.join("; ")
+    );
+}
+
+fn server(cfg: &Cfg) -> Running {
     Running::start(DiskSpec::Ram(4 << 20), |o| {
         o.queues = QUEUES;
         o.queue_size = 256;
+        o.moderation = cfg.moderation.parse().expect("moderation spec");
+        o.poll = cfg.poll.parse().expect("poll spec");
     })
 }
 
@@ -87,8 +148,8 @@ fn refuse(fe: &RawFrontend, request: u32, payload: &[u8], fds: &[RawFd]) {
 }
 
 /// A full session, the canaries of its queues, the hostile step, then the checks.
-fn after_setup(seed: u64, hostile: impl FnOnce(&Session)) {
-    let srv = server();
+fn after_setup(cfg: &Cfg, seed: u64, hostile: impl FnOnce(&Session)) {
+    let srv = server(cfg);
     let s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
     let canaries: Vec<Canary> = s.queues.iter().map(|q| q.guest.canary()).collect();
     hostile(&s);
@@ -101,8 +162,8 @@ fn after_setup(seed: u64, hostile: impl FnOnce(&Session)) {
 }
 
 /// A bare connection (nothing set up), the hostile step, then the checks.
-fn on_connect(seed: u64, hostile: impl FnOnce(&RawFrontend)) {
-    let srv = server();
+fn on_connect(cfg: &Cfg, seed: u64, hostile: impl FnOnce(&RawFrontend)) {
+    let srv = server(cfg);
     let fe = RawFrontend::connect(&srv.socket).expect("connect");
     hostile(&fe);
     assert_refused(&fe);
@@ -119,8 +180,8 @@ fn owned(srv: &Running) -> Session {
     s
 }
 
-fn with_owner(seed: u64, hostile: impl FnOnce(&Session)) {
-    let srv = server();
+fn with_owner(cfg: &Cfg, seed: u64, hostile: impl FnOnce(&Session)) {
+    let srv = server(cfg);
     let s = owned(&srv);
     hostile(&s);
     assert_refused(&s.fe);
@@ -129,9 +190,8 @@ fn with_owner(seed: u64, hostile: impl FnOnce(&Session)) {
     srv.stop();
 }
 
-#[test]
-fn a_well_behaved_session_serves_through_the_raw_frontend() {
-    let srv = server();
+fn a_well_behaved_session_serves_through_the_raw_frontend(cfg: &Cfg) {
+    let srv = server(cfg);
     let mut s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
     for q in 0..QUEUES {
         let g = &mut s.queues[usize::from(q)].guest;
@@ -156,38 +216,34 @@ fn a_well_behaved_session_serves_through_the_raw_frontend() {
     srv.stop();
 }
 
-#[test]
-fn mem_table_with_zero_regions() {
-    with_owner(2, |s| {
+fn mem_table_with_zero_regions(cfg: &Cfg) {
+    with_owner(cfg, 2, |s| {
         refuse(&s.fe, req::SET_MEM_TABLE, &mem_table(0, &[]), &[])
     });
 }
 
-#[test]
-fn mem_table_with_a_huge_region_count() {
+fn mem_table_with_a_huge_region_count(cfg: &Cfg) {
     // A count far above the limit, with a payload the size of one region.
-    with_owner(3, |s| {
+    with_owner(cfg, 3, |s| {
         let p = mem_table(u32::MAX, &[s.mem.regions()[0]]);
         refuse(&s.fe, req::SET_MEM_TABLE, &p, &s.mem.fds()[..1]);
     });
     // 33 regions (above the 32 one message can carry), payload sized to match.
-    with_owner(4, |s| {
+    with_owner(cfg, 4, |s| {
         let regions = vec![s.mem.regions()[0]; 33];
         refuse(&s.fe, req::SET_MEM_TABLE, &mem_table(33, &regions), &[]);
     });
 }
 
-#[test]
-fn mem_table_whose_count_lies_about_the_payload() {
-    with_owner(5, |s| {
+fn mem_table_whose_count_lies_about_the_payload(cfg: &Cfg) {
+    with_owner(cfg, 5, |s| {
         let p = mem_table(2, &[s.mem.regions()[0]]);
         refuse(&s.fe, req::SET_MEM_TABLE, &p, &s.mem.fds()[..1]);
     });
 }
 
-#[test]
-fn overlapping_regions_in_guest_or_frontend_addresses() {
-    with_owner(6, |s| {
+fn overlapping_regions_in_guest_or_frontend_addresses(cfg: &Cfg) {
+    with_owner(cfg, 6, |s| {
         let [r0, _] = s.mem.regions();
         let r1 = (r0.0 + 4096, 1 << 20, VA_BASE + (64 << 20), 0);
         refuse(
@@ -197,7 +253,7 @@ fn overlapping_regions_in_guest_or_frontend_addresses() {
             &s.mem.fds(),
         );
     });
-    with_owner(7, |s| {
+    with_owner(cfg, 7, |s| {
         let [r0, r1] = s.mem.regions();
         let r1 = (r1.0, r1.1, r0.2 + 4096, 0);
         refuse(
@@ -211,9 +267,8 @@ fn overlapping_regions_in_guest_or_frontend_addresses() {
 
 /// A region that extends past the end of its file: mapped as asked, the first backend access
 /// past the end would kill the process with SIGBUS. Refused before it is mapped.
-#[test]
-fn mmap_offset_or_size_past_the_end_of_the_fd() {
-    with_owner(8, |s| {
+fn mmap_offset_or_size_past_the_end_of_the_fd(cfg: &Cfg) {
+    with_owner(cfg, 8, |s| {
         let [r0, r1] = s.mem.regions();
         let r1 = (r1.0, r1.1, r1.2, REGION1_LEN); // offset at the end of the file
         refuse(
@@ -223,7 +278,7 @@ fn mmap_offset_or_size_past_the_end_of_the_fd() {
             &s.mem.fds(),
         );
     });
-    with_owner(9, |s| {
+    with_owner(cfg, 9, |s| {
         let small = memfd(4096).expect("memfd");
         let r = (0, REGION0_LEN, VA_BASE, 0); // 8 MiB region over a 4 KiB file
         refuse(
@@ -233,7 +288,7 @@ fn mmap_offset_or_size_past_the_end_of_the_fd() {
             &[small.as_raw_fd()],
         );
     });
-    with_owner(10, |s| {
+    with_owner(cfg, 10, |s| {
         let small = memfd(4096).expect("memfd");
         let mut p = 0u64.to_le_bytes().to_vec();
         p.extend_from_slice(&mem_table(0, &[(REGION1_START, 1 << 20, VA_BASE, 0)])[8..]);
@@ -241,21 +296,19 @@ fn mmap_offset_or_size_past_the_end_of_the_fd() {
     });
 }
 
-#[test]
-fn mem_table_with_missing_or_extra_fds() {
-    with_owner(11, |s| {
+fn mem_table_with_missing_or_extra_fds(cfg: &Cfg) {
+    with_owner(cfg, 11, |s| {
         let p = mem_table(2, &s.mem.regions());
         refuse(&s.fe, req::SET_MEM_TABLE, &p, &s.mem.fds()[..1]);
     });
-    with_owner(12, |s| {
+    with_owner(cfg, 12, |s| {
         let p = mem_table(1, &[s.mem.regions()[0]]);
         refuse(&s.fe, req::SET_MEM_TABLE, &p, &s.mem.fds());
     });
 }
 
 /// Every SET_VRING_* message (and GET_VRING_BASE) naming a vring the device does not have.
-#[test]
-fn vring_index_out_of_range_on_every_vring_message() {
+fn vring_index_out_of_range_on_every_vring_message(cfg: &Cfg) {
     let bad = [u32::from(QUEUES), 255, u32::MAX];
     for (i, &index) in bad.iter().enumerate() {
         let seed = 20 + i as u64;
@@ -265,11 +318,11 @@ fn vring_index_out_of_range_on_every_vring_message() {
             req::GET_VRING_BASE,
             req::SET_VRING_ENABLE,
         ] {
-            after_setup(seed, |s| {
+            after_setup(cfg, seed, |s| {
                 refuse(&s.fe, request, &vring_state(index, 1), &[])
             });
         }
-        after_setup(seed, |s| {
+        after_setup(cfg, seed, |s| {
             refuse(
                 &s.fe,
                 req::SET_VRING_ADDR,
@@ -278,14 +331,14 @@ fn vring_index_out_of_range_on_every_vring_message() {
             );
         });
         for request in [req::SET_VRING_KICK, req::SET_VRING_CALL, req::SET_VRING_ERR] {
-            after_setup(seed, |s| {
+            after_setup(cfg, seed, |s| {
                 let fd = s.queues[0].call.as_raw_fd();
                 refuse(&s.fe, request, &u64::from(index).to_le_bytes(), &[fd]);
             });
         }
     }
     // Bits above the index and the no-fd flag (truncated to vring 1 by the vhost crate).
-    after_setup(30, |s| {
+    after_setup(cfg, 30, |s| {
         let fd = s.queues[1].kick.as_raw_fd();
         refuse(
             &s.fe,
@@ -296,24 +349,21 @@ fn vring_index_out_of_range_on_every_vring_message() {
     });
 }
 
-#[test]
-fn vring_num_zero_not_a_power_of_two_or_above_the_maximum() {
+fn vring_num_zero_not_a_power_of_two_or_above_the_maximum(cfg: &Cfg) {
     for (seed, num) in [(31, 0u32), (32, 3), (33, 100), (34, 512), (35, 1 << 16)] {
-        after_setup(seed, |s| {
+        after_setup(cfg, seed, |s| {
             refuse(&s.fe, req::SET_VRING_NUM, &vring_state(0, num), &[])
         });
     }
 }
 
-#[test]
-fn vring_base_above_16_bits() {
-    after_setup(36, |s| {
+fn vring_base_above_16_bits(cfg: &Cfg) {
+    after_setup(cfg, 36, |s| {
         refuse(&s.fe, req::SET_VRING_BASE, &vring_state(0, 0x1_0000), &[])
     });
 }
 
-#[test]
-fn vring_addr_unaligned_or_outside_memory() {
+fn vring_addr_unaligned_or_outside_memory(cfg: &Cfg) {
     let [desc, avail, used] = [0u64, 1024, 1536];
     let cases = [
         (desc + 8, avail, used),             // descriptor table not 16-byte aligned
@@ -325,17 +375,16 @@ fn vring_addr_unaligned_or_outside_memory() {
         (desc, avail, REGION1_START + REGION1_LEN - 16), // used ring runs past region 1
     ];
     for (i, (d, a, u)) in cases.into_iter().enumerate() {
-        after_setup(40 + i as u64, |s| {
+        after_setup(cfg, 40 + i as u64, |s| {
             let p = vring_addr(0, VA_BASE + d, VA_BASE + u, VA_BASE + a);
             refuse(&s.fe, req::SET_VRING_ADDR, &p, &[]);
         });
     }
 }
 
-#[test]
-fn device_changing_messages_before_set_owner() {
+fn device_changing_messages_before_set_owner(cfg: &Cfg) {
     let mem = vmirq_blk::raw_frontend::SharedMemory::new().expect("memory");
-    on_connect(50, |fe| {
+    on_connect(cfg, 50, |fe| {
         refuse(
             fe,
             req::SET_MEM_TABLE,
@@ -343,14 +392,14 @@ fn device_changing_messages_before_set_owner() {
             &mem.fds(),
         )
     });
-    on_connect(51, |fe| {
+    on_connect(cfg, 51, |fe| {
         refuse(fe, req::SET_VRING_NUM, &vring_state(0, 64), &[])
     });
-    on_connect(52, |fe| {
+    on_connect(cfg, 52, |fe| {
         refuse(fe, req::SET_FEATURES, &0u64.to_le_bytes(), &[])
     });
     // Queries QEMU sends before SET_OWNER are answered.
-    on_connect(53, |fe| {
+    on_connect(cfg, 53, |fe| {
         assert!(fe.call(req::GET_FEATURES, &[], &[]).value().is_some());
         assert!(fe
             .call(req::GET_PROTOCOL_FEATURES, &[], &[])
@@ -360,15 +409,13 @@ fn device_changing_messages_before_set_owner() {
     });
 }
 
-#[test]
-fn a_second_set_owner() {
-    after_setup(54, |s| refuse(&s.fe, req::SET_OWNER, &[], &[]));
+fn a_second_set_owner(cfg: &Cfg) {
+    after_setup(cfg, 54, |s| refuse(&s.fe, req::SET_OWNER, &[], &[]));
 }
 
-#[test]
-fn truncated_headers() {
+fn truncated_headers(cfg: &Cfg) {
     for (seed, len) in [(60, 1usize), (61, 6), (62, 11)] {
-        on_connect(seed, |fe| {
+        on_connect(cfg, seed, |fe| {
             let m = message(req::GET_FEATURES, VERSION_1, &[]);
             fe.send_bytes(&m[..len], &[]).expect("send");
             // The backend waits for the rest; the frontend gives up.
@@ -378,72 +425,139 @@ fn truncated_headers() {
     }
 }
 
-#[test]
-fn payload_sizes_that_lie() {
+fn payload_sizes_that_lie(cfg: &Cfg) {
     // Larger than the protocol allows.
-    on_connect(63, |fe| {
+    on_connect(cfg, 63, |fe| {
         let mut m = message(req::GET_FEATURES, VERSION_1, &[]);
         m[8..12].copy_from_slice(&0x10_0000u32.to_le_bytes());
         fe.send_bytes(&m, &[]).expect("send");
     });
     // Announces 8 bytes, sends 4, then closes its side.
-    on_connect(64, |fe| {
+    on_connect(cfg, 64, |fe| {
         let mut m = message(req::SET_FEATURES, VERSION_1, &[0; 4]);
         m[8..12].copy_from_slice(&8u32.to_le_bytes());
         fe.send_bytes(&m, &[]).expect("send");
         let _ = fe.stream().shutdown(std::net::Shutdown::Write);
     });
     // A payload where none belongs, and a short one where 8 bytes belong.
-    after_setup(65, |s| refuse(&s.fe, req::GET_FEATURES, &[0; 16], &[]));
-    after_setup(66, |s| refuse(&s.fe, req::SET_VRING_NUM, &[0; 4], &[]));
+    after_setup(cfg, 65, |s| refuse(&s.fe, req::GET_FEATURES, &[0; 16], &[]));
+    after_setup(cfg, 66, |s| refuse(&s.fe, req::SET_VRING_NUM, &[0; 4], &[]));
     // Announces less than it sends: the rest reads as a bogus header.
-    after_setup(67, |s| {
+    after_setup(cfg, 67, |s| {
         let mut m = message(req::SET_VRING_NUM, VERSION_1, &vring_state(0, 64));
         m[8..12].copy_from_slice(&4u32.to_le_bytes());
         let _ = s.fe.send_bytes(&m, &[]);
     });
 }
 
-#[test]
-fn missing_or_extra_fds_on_vring_and_other_messages() {
+fn missing_or_extra_fds_on_vring_and_other_messages(cfg: &Cfg) {
     // KICK without a descriptor and without the no-fd flag.
-    after_setup(70, |s| {
+    after_setup(cfg, 70, |s| {
         refuse(&s.fe, req::SET_VRING_KICK, &0u64.to_le_bytes(), &[])
     });
     // CALL with two descriptors; with the no-fd flag and a descriptor anyway.
-    after_setup(71, |s| {
+    after_setup(cfg, 71, |s| {
         let fds = [s.queues[0].call.as_raw_fd(), s.queues[1].call.as_raw_fd()];
         refuse(&s.fe, req::SET_VRING_CALL, &0u64.to_le_bytes(), &fds);
     });
-    after_setup(72, |s| {
+    after_setup(cfg, 72, |s| {
         let fd = s.queues[0].call.as_raw_fd();
         refuse(&s.fe, req::SET_VRING_CALL, &NO_FD.to_le_bytes(), &[fd]);
     });
     // A descriptor on a message that takes none.
-    after_setup(73, |s| {
+    after_setup(cfg, 73, |s| {
         let fd = s.queues[0].call.as_raw_fd();
         refuse(&s.fe, req::GET_FEATURES, &[], &[fd]);
     });
 }
 
-#[test]
-fn bad_header_flags_and_unknown_requests() {
-    after_setup(74, |s| {
+fn bad_header_flags_and_unknown_requests(cfg: &Cfg) {
+    after_setup(cfg, 74, |s| {
         let _ =
             s.fe.send(req::GET_FEATURES, VERSION_1 | FLAG_REPLY, &[], &[]);
     });
-    after_setup(75, |s| {
+    after_setup(cfg, 75, |s| {
         let _ = s.fe.send(req::GET_FEATURES, 2, &[], &[]);
     });
-    after_setup(76, |s| refuse(&s.fe, 0xFFFF, &[], &[]));
+    after_setup(cfg, 76, |s| refuse(&s.fe, 0xFFFF, &[], &[]));
+}
+
+/// A read through a sound 3-entry indirect table (header, one sector, status) published (not
+/// kicked) on queue `q`; returns its head and status address.
+fn publish_indirect_read(s: &mut Session, q: u16) -> (u16, u64) {
+    let g = &mut s.queues[usize::from(q)].guest;
+    let h = g.alloc(16);
+    g.write_header(h, blk::IN, 0);
+    let data = g.alloc(SECTOR);
+    let st = g.alloc_status();
+    let t = g.alloc(48);
+    g.write_indirect(t, 0, h, 16, F_NEXT, 1);
+    g.write_indirect(t, 1, data, SECTOR, F_WRITE | F_NEXT, 2);
+    g.write_indirect(t, 2, st, 1, F_WRITE, 0);
+    g.write_desc(40, t, 48, F_INDIRECT, 0);
+    g.publish(40);
+    (40, st)
+}
+
+/// VIRTIO_F_RING_INDIRECT_DESC as SET_FEATURES acked it: with the feature an indirect table
+/// is served; after a SET_FEATURES without it, the same chain breaks its queue (virtio 1.2
+/// §2.7.5.3.1), nothing is completed or written, and the other queue keeps serving.
+fn indirect_descriptors_follow_the_acked_features(cfg: &Cfg) {
+    let srv = server(cfg);
+    let mut s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
+    let (head, st) = publish_indirect_read(&mut s, 1);
+    s.kick(1).expect("kick");
+    assert_eq!(
+        s.wait_used(1, 1, Duration::from_secs(5)),
+        vec![(u32::from(head), SECTOR + 1)]
+    );
+    assert_eq!(s.queues[1].guest.byte_at(st), status::OK);
+    drop(s);
+    assert_fresh_connection_serves(&srv, 90);
+
+    let fe = RawFrontend::connect(&srv.socket).expect("connect");
+    let mut s = Session::prepare(fe, QUEUES, SIZE).expect("prepare");
+    s.handshake().expect("handshake");
+    let features =
+        s.fe.call(req::GET_FEATURES, &[], &[])
+            .value()
+            .expect("features");
+    let without =
+        (features & !(1 << feature::RING_EVENT_IDX) & !(1 << feature::RING_INDIRECT_DESC))
+            | vmirq_blk::raw_frontend::F_PROTOCOL_FEATURES;
+    s.expect_ack(req::SET_FEATURES, &without.to_le_bytes(), &[])
+        .expect("SET_FEATURES without INDIRECT_DESC");
+    s.set_mem_table().expect("memory");
+    for q in 0..QUEUES {
+        s.start_vring(q).expect("vring");
+    }
+    let (_, st) = publish_indirect_read(&mut s, 0);
+    let canary = s.queues[0].guest.canary();
+    s.kick(0).expect("kick");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while srv.handle.counters()[0].queue.broken == 0 {
+        assert!(Instant::now() < deadline, "queue 0 did not break");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(s.wait_used(0, 1, Duration::from_millis(50)), vec![]);
+    assert_eq!(s.queues[0].guest.byte_at(st), 0xFF, "status written");
+    s.queues[0].guest.assert_canary(&canary, &[]);
+    let r = s.queues[1].guest.submit(blk::IN, 0, &[SECTOR], true);
+    s.kick(1).expect("kick");
+    assert_eq!(
+        s.wait_used(1, 1, Duration::from_secs(5)),
+        vec![(u32::from(r.head), SECTOR + 1)]
+    );
+    drop(s);
+    assert_fresh_connection_serves(&srv, 91);
+    srv.stop();
 }
 
 /// A hostile chain on queue 0 over the real protocol: no completion, queue 0 broken (and
 /// counted), queue 1 keeps serving; GET_VRING_BASE and a restart of the ring recover queue 0,
 /// which then serves the chain published after the broken one.
-#[test]
-fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts() {
-    let srv = server();
+fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts(cfg: &Cfg) {
+    let srv = server(cfg);
     let mut s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
     let g = &mut s.queues[0].guest;
     let h = g.alloc(16);
@@ -457,14 +571,14 @@ fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts() {
     let canary = g.canary();
     s.kick(0).expect("kick");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.handle.counters()[0].broken == 0 {
+    while srv.handle.counters()[0].queue.broken == 0 {
         assert!(Instant::now() < deadline, "queue 0 did not break");
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(s.wait_used(0, 1, Duration::from_millis(100)), vec![]);
     s.queues[0].guest.assert_canary(&canary, &[]);
     assert_eq!(s.queues[0].guest.byte_at(st), 0xFF);
-    assert_eq!(srv.handle.counters()[1].broken, 0);
+    assert_eq!(srv.handle.counters()[1].queue.broken, 0);
     // Queue 1 serves.
     let g1 = &mut s.queues[1].guest;
     let r = g1.submit(blk::IN, 0, &[SECTOR], true);
@@ -484,7 +598,7 @@ fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts() {
         vec![(u32::from(after.head), SECTOR + 1)]
     );
     assert_eq!(s.queues[0].guest.status(&after), status::OK);
-    assert_eq!(srv.handle.counters()[0].broken, 1);
+    assert_eq!(srv.handle.counters()[0].queue.broken, 1);
     drop(s);
     assert_fresh_connection_serves(&srv, 80);
     srv.stop();
@@ -492,21 +606,57 @@ fn a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts() {
 
 /// A queue broken by a hostile chain, and the frontend simply goes away: the next connection
 /// gets fresh queues and serves on both.
-#[test]
-fn a_new_connection_recovers_a_broken_queue() {
-    let srv = server();
+fn a_new_connection_recovers_a_broken_queue(cfg: &Cfg) {
+    let srv = server(cfg);
     let mut s = Session::start(&srv.socket, QUEUES, SIZE).expect("session");
     // A head outside the descriptor table.
     s.queues[1].guest.publish(SIZE + 1);
     s.kick(1).expect("kick");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while srv.handle.counters()[1].broken == 0 {
+    while srv.handle.counters()[1].queue.broken == 0 {
         assert!(Instant::now() < deadline, "queue 1 did not break");
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(s.wait_used(1, 1, Duration::from_millis(50)), vec![]);
     drop(s);
     assert_fresh_connection_serves(&srv, 81);
-    assert_eq!(srv.handle.counters()[1].broken, 1);
+    assert_eq!(srv.handle.counters()[1].queue.broken, 1);
     srv.stop();
 }
+
+/// One `#[test]` per case, each running the case under every configuration.
+macro_rules! matrix {
+    ($($case:ident),* $(,)?) => {
+        mod matrix {
+            $(
+                #[test]
+                fn $case() {
+                    super::each_config(super::$case);
+                }
+            )*
+        }
+    };
+}
+
+matrix!(
+    a_well_behaved_session_serves_through_the_raw_frontend,
+    mem_table_with_zero_regions,
+    mem_table_with_a_huge_region_count,
+    mem_table_whose_count_lies_about_the_payload,
+    overlapping_regions_in_guest_or_frontend_addresses,
+    mmap_offset_or_size_past_the_end_of_the_fd,
+    mem_table_with_missing_or_extra_fds,
+    vring_index_out_of_range_on_every_vring_message,
+    vring_num_zero_not_a_power_of_two_or_above_the_maximum,
+    vring_base_above_16_bits,
+    vring_addr_unaligned_or_outside_memory,
+    device_changing_messages_before_set_owner,
+    a_second_set_owner,
+    truncated_headers,
+    payload_sizes_that_lie,
+    missing_or_extra_fds_on_vring_and_other_messages,
+    bad_header_flags_and_unknown_requests,
+    a_hostile_chain_breaks_only_its_queue_until_the_ring_restarts,
+    a_new_connection_recovers_a_broken_queue,
+    indirect_descriptors_follow_the_acked_features,
+);

@@ -10,6 +10,7 @@ use vhost::vhost_user::message::VhostUserInflight;
 use vmirq_blk::inflight::area::{self, AreaLimits, InflightArea, QueueLog};
 use vmirq_blk::inflight::QueueSlot;
 use vmirq_blk::manual_io::{manual_io_on, ManualIoHandle};
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, MockGuest, Submitted, TestDevice, EVERY_MODERATION};
 use vmirq_blk::storage::RamDisk;
 use vmirq_blk::virtio::{req, status};

@@ -9,6 +9,7 @@
 // Random bits are truncated to narrower fields on purpose.
 #![allow(clippy::cast_possible_truncation)]
 
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, F_NEXT, F_WRITE, REGION0_LEN, REGION1_START};
 
 const SIZE: u16 = 16;

@@ -75,7 +75,7 @@ impl TscClock {
 /// Number of CPUs this process may run on.
 #[must_use]
 pub fn online_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    vmirq_os::online_cpus()
 }
 
 /// Nice value measurement threads ask for: on a shared machine, CPU-bound neighbours would
@@ -91,19 +91,7 @@ pub fn pin_to(cpu: usize) -> Result<()> {
     if cpu >= online_cpus() {
         return Err(Error::Config(format!("CPU {cpu} is not available")));
     }
-    // SAFETY: cpu_set_t is a plain bit array; all-zero is the valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is below the online CPU count,
-    // far below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid, initialised cpu_set_t and its size is passed; pid 0 means the
-    // calling thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return Err(Error::io("sched_setaffinity")(
-            std::io::Error::last_os_error(),
-        ));
-    }
+    vmirq_os::pin_current_thread(cpu).map_err(Error::io("sched_setaffinity"))?;
     Ok(())
 }
 

@@ -62,6 +62,18 @@ pub struct Costs {
     /// scheduler reconsiders (CFS `sysctl_sched_min_granularity`: 0.75 ms x (1 + log2 8)
     /// on 8+ CPUs = 3 ms; an approximation of CFS's vruntime-based choice after a yield).
     pub min_granularity_ns: Nanos,
+    /// CFS wakeup preemption (`host_sched = "cfs"`): a woken thread preempts the running one
+    /// only if its vruntime is behind by more than this (`sysctl_sched_wakeup_granularity`:
+    /// 1 ms x (1 + log2 8) on 8+ CPUs = 4 ms; Linux 3.16 kernel/sched/fair.c defaults).
+    pub wakeup_granularity_ns: Nanos,
+    /// CFS sleeper placement: a woken thread's vruntime is raised to at least the pCPU's
+    /// min_vruntime minus this (`GENTLE_FAIR_SLEEPERS`: half of `sysctl_sched_latency`,
+    /// 6 ms x (1 + log2 8) / 2 = 12 ms on 8+ CPUs).
+    pub sleeper_credit_ns: Nanos,
+    /// Host scheduler tick (CFS checks the running thread's slice at each tick). HZ=250,
+    /// 4 ms: an assumption (distribution kernels ship 250 or 1000; the governor in
+    /// `crate::profiles` assumes the same HZ).
+    pub tick_ns: Nanos,
     /// Host interrupt handler of a physical device completion (MSI) before the backend acts.
     /// Assumption: same as the guest's interrupt entry (1,400 cycles).
     pub host_irq_ns: Nanos,
@@ -84,6 +96,9 @@ impl Default for Costs {
             timeslice_ns: 3_000_000,
             host_irq_ns: snb_cycles(1_400),
             min_granularity_ns: 3_000_000,
+            wakeup_granularity_ns: 4_000_000,
+            sleeper_credit_ns: 12_000_000,
+            tick_ns: 4_000_000,
         }
     }
 }

@@ -9,7 +9,8 @@
 //! - [`rng`]: the seeded PRNG (bit-identical across platforms).
 //! - [`hold`]: the hold-model microbenchmark.
 //! - [`costs`]: the named primitive costs and their sources; [`profiles`]: host profiles
-//!   (idle states per CPU generation) and the menu-like idle governor.
+//!   (idle states per CPU generation) and the menu-like idle governor; [`era`]: each
+//!   profile's indirect exit cost and interrupt-path exits.
 //! - [`host`]: the host model; [`workload`]: what the guests do; [`sync`]: guest kernel
 //!   synchronization (TLB shootdowns, spinlocks, PLE) on the host model.
 //! - [`model`]: a run's configuration; [`sim`]: one run; [`scenario`]: scenario files,
@@ -20,6 +21,7 @@
 pub mod checks;
 pub mod costs;
 pub mod engine;
+pub mod era;
 pub mod hold;
 pub mod host;
 pub mod html;

@@ -71,6 +71,25 @@ pub struct ModelConfig {
     /// at no extra cost (the primitives include leaving the shallowest state).
     #[serde(default)]
     pub profile: Option<String>,
+    /// Override of the profile's indirect exit cost (`crate::era`), e.g. 0 to switch it off.
+    #[serde(default)]
+    pub exit_refill_ns: Option<u64>,
+    /// Override of the profile's EOI write exits (`crate::era`).
+    #[serde(default)]
+    pub eoi_exit: Option<bool>,
+    /// Host kernel preemption model: `"voluntary"` (default: `CONFIG_PREEMPT_VOLUNTARY`, what
+    /// distribution kernels ship; a vCPU thread inside an exit is preempted only at KVM's
+    /// `need_resched()` check before the next VM entry) or `"full"` (`CONFIG_PREEMPT`:
+    /// preempted anywhere, the model before 2026-11-25).
+    #[serde(default = "default_host_preempt")]
+    pub host_preempt: String,
+    /// Host scheduler wakeups: `"cfs"` (default: a woken thread is placed at most
+    /// `sleeper_credit_ns` behind the pCPU's min_vruntime and preempts the running thread
+    /// only if it is more than `wakeup_granularity_ns` behind it; otherwise the running
+    /// thread keeps the CPU until its slice or the next tick after it) or `"rr"` (every
+    /// wakeup preempts at once, the model before 2026-11-25).
+    #[serde(default = "default_host_sched")]
+    pub host_sched: String,
     /// Primitive cost overrides.
     #[serde(default)]
     pub costs: Costs,
@@ -86,6 +105,12 @@ fn default_moderation() -> String {
 }
 fn default_off() -> String {
     "off".into()
+}
+fn default_host_sched() -> String {
+    "cfs".into()
+}
+fn default_host_preempt() -> String {
+    "voluntary".into()
 }
 fn default_max_events() -> u64 {
     50_000_000
@@ -160,7 +185,34 @@ impl ModelConfig {
             })?;
             core.idle_states = p.cstates;
             core.next_timer_ns = p.next_timer_ns;
+            let era = crate::era::era(name);
+            core.exit_refill_ns = era.exit_refill_ns;
+            core.eoi_exit = era.eoi_exit;
         }
+        if let Some(ns) = self.exit_refill_ns {
+            core.exit_refill_ns = ns;
+        }
+        if let Some(on) = self.eoi_exit {
+            core.eoi_exit = on;
+        }
+        core.host_preempt_full = match self.host_preempt.as_str() {
+            "voluntary" => false,
+            "full" => true,
+            other => {
+                return Err(ConfigError::Range(format!(
+                    "host_preempt must be \"voluntary\" or \"full\", got {other:?}"
+                )))
+            }
+        };
+        core.host_sched_cfs = match self.host_sched.as_str() {
+            "cfs" => true,
+            "rr" => false,
+            other => {
+                return Err(ConfigError::Range(format!(
+                    "host_sched must be \"cfs\" or \"rr\", got {other:?}"
+                )))
+            }
+        };
         core.place_threads();
         core.stagger_slices = self.stagger_slices;
         Ok(core)

@@ -6,8 +6,16 @@ use common::{check, run_scenario, value};
 #[test]
 fn polling_idle_guest_matches_bare_metal_ping() {
     let r = run_scenario("ibm_polling", &["duration_us=20000"]);
+    // With westmere-2012's indirect exit cost (SplitX's upper bound, `vmirq_sim::era`) each
+    // ping's injection exit makes the polling guest refill its working set: 21 -> ~32 us,
+    // not reproduced. Without that refill the rest of the path matches bare metal.
     assert_eq!(
         check(&r, "ping, guest with polling idle").status,
+        "not reproduced"
+    );
+    let no_refill = run_scenario("ibm_polling", &["duration_us=20000", "exit_refill_ns=0"]);
+    assert_eq!(
+        check(&no_refill, "ping, guest with polling idle").status,
         "reproduced"
     );
     assert_eq!(
@@ -27,9 +35,13 @@ fn polling_threads_cut_sync_write_overhead() {
     let r = run_scenario("ibm_polling", &["duration_us=20000"]);
     let exits = check(&r, "4 KiB sync write added latency, exits + interrupts").simulated;
     let polling = check(&r, "4 KiB sync write added latency, polling threads").simulated;
-    // Published 15.9 -> 6.6 us (2.4x). The model shows a larger relative cut and smaller
-    // absolute overheads (README explains); assert the direction and rough size.
-    assert!((7.0..16.0).contains(&exits), "exits {exits}");
+    // Published 15.9 -> 6.6 us (2.4x). With the era's EOI exits and working-set refills the
+    // exit path is reproduced; the polling path stays far below 6.6 us (README explains).
+    assert_eq!(
+        check(&r, "4 KiB sync write added latency, exits + interrupts").status,
+        "reproduced"
+    );
+    assert!((12.0..20.0).contains(&exits), "exits {exits}");
     assert!(polling < exits / 2.0, "polling {polling} exits {exits}");
     // Polling costs a core: the guest polling thread keeps vCPU 1 busy.
     assert!(value(&r, "write-vm-polling", "cpu.poll_pct") > 40.0);

@@ -9,16 +9,17 @@
 
 use super::{EngineError, QueueEngine, Ring};
 use crate::chain::DescTable;
-use crate::clock::now_ns;
 use crate::counters::QueueCounters;
 use crate::guest_io;
 use crate::request::{self, Failure, Request, RequestType};
 use crate::storage::{Done, Io, IoKind};
 use crate::virtio::status;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use vmirq_policy::moderation::{CompletionMeta, Decision, Event, Moderator, RequestKind};
+use vmirq_policy::moderation::{CompletionMeta, Decision, RequestKind};
+use vmirq_vhost::notify::Submissions;
 
 /// A request between parsing and completion.
 pub(super) struct Slot {
@@ -93,6 +94,11 @@ impl Inflight {
         }
     }
 
+    /// Operations storage reported finished but failed, not yet taken.
+    pub(super) fn failed_done(&self) -> usize {
+        self.done.iter().filter(|d| !d.ok).count()
+    }
+
     /// Forget every request (after the device reset; their storage has finished).
     pub(super) fn clear(&mut self) {
         for (tag, p) in self.pending.iter_mut().enumerate() {
@@ -119,14 +125,26 @@ impl QueueEngine {
         let mut subs = Submissions::default();
         let mut popped = 0usize;
         let mut broken = None;
+        // The available index first, then the memory the chains are translated with: every
+        // chain counted here was published after any memory-table change the frontend saw
+        // acknowledged, so the memory read after it has that change (the snapshot the event,
+        // or a long poll, started with may not). Only the chains counted here are popped.
+        let available = {
+            let queue = ring.queue_mut();
+            let avail = queue.avail_idx(&**mem, Ordering::Acquire)?;
+            usize::from(avail.0.wrapping_sub(queue.next_avail()))
+        };
+        let fresh = ring.current_memory();
+        let mem = fresh.as_ref().unwrap_or(mem);
         {
             let queue = ring.queue_mut();
             let table = DescTable {
                 addr: GuestAddress(queue.desc_table()),
                 size: queue.size(),
+                indirect: self.indirect_desc,
             };
             let mut chains = queue.iter(&**mem)?;
-            while !self.inflight.free.is_empty() {
+            while popped < available && !self.inflight.free.is_empty() {
                 let Some(chain) = chains.next() else { break };
                 popped += 1;
                 let head = chain.head_index();
@@ -167,10 +185,7 @@ impl QueueEngine {
             Err(Failure::Broken(violation)) => return Err(EngineError::Chain { head, violation }),
         }
         // One clock read per batch, and none for the empty batch that ends a drain.
-        let at = *subs.at.get_or_insert_with(now_ns);
-        let d = self.parts.moderation.on_event(at, Event::Submit);
-        subs.notify |= d == Decision::Notify;
-        subs.last = Some(d);
+        self.notifier.submitted(subs);
         Ok(())
     }
 
@@ -190,16 +205,13 @@ impl QueueEngine {
         if let Some(e) = broken {
             return Err(e);
         }
-        if subs.notify {
-            self.notify(ring, mem)?;
-        }
-        let mut last = subs.last;
+        let mut last = self.notifier.submissions_done(&subs, ring, mem)?;
         if let Some(d) = self.complete_finished(ring, mem)? {
             last = Some(d);
         }
         // The timer follows the batch's last decision (one timerfd update per batch).
         if let Some(d) = last {
-            self.apply(d, false, ring, mem)?;
+            self.notifier.follow(d)?;
         }
         // Out of tags: the rest of the ring waits until storage gives some back.
         self.stalled = self.inflight.free.is_empty();
@@ -267,12 +279,10 @@ impl QueueEngine {
         if ready.is_empty() && done.is_empty() {
             return Ok(None);
         }
-        let completed_at = now_ns();
-        let mut last = Decision::Idle;
-        let mut notify = NotifyState::default();
+        let mut batch = self.notifier.completions();
         for slot in ready.drain(..) {
             self.complete(&slot, mem, ring, mem)?;
-            last = self.completed(completed_at, slot.meta, &mut notify, ring, mem)?;
+            self.notifier.completed(&mut batch, slot.meta, ring, mem)?;
         }
         // Handled from the back of a reversed list, so an error leaves exactly the
         // unhandled ones in `done`, in storage's order.
@@ -300,38 +310,9 @@ impl QueueEngine {
                 slot.written = 0;
             }
             self.complete(&slot, &data_mem, ring, mem)?;
-            last = self.completed(completed_at, slot.meta, &mut notify, ring, mem)?;
+            self.notifier.completed(&mut batch, slot.meta, ring, mem)?;
         }
-        if notify.deferred {
-            self.notify(ring, mem)?;
-        }
-        Ok(Some(last))
-    }
-
-    /// Feed one completion to the policy. The first `Notify` of a batch signals at once (the
-    /// driver can start reaping and resubmitting while the rest complete); later ones are
-    /// folded into one check at the end of the batch, which covers every completion added
-    /// since (EVENT_IDX looks at the whole range). EVENT_IDX suppresses signals the driver
-    /// has not asked for yet.
-    fn completed(
-        &mut self,
-        at: vmirq_policy::Nanos,
-        meta: CompletionMeta,
-        notify: &mut NotifyState,
-        ring: &mut dyn Ring,
-        mem: &GuestMemoryMmap,
-    ) -> Result<Decision, EngineError> {
-        let d = self.parts.moderation.on_event(at, Event::Complete(meta));
-        match d {
-            Decision::Notify if notify.checked => notify.deferred = true,
-            Decision::Notify => {
-                notify.checked = true;
-                self.notify(ring, mem)?;
-            }
-            Decision::Hold { .. } => QueueCounters::add(&self.parts.counters.held, 1),
-            Decision::Idle => {}
-        }
-        Ok(d)
+        Ok(Some(self.notifier.completions_done(batch, ring, mem)?))
     }
 
     /// Start a valid request: its storage operation under a free tag, or straight to the
@@ -440,7 +421,7 @@ impl QueueEngine {
         ring: &mut dyn Ring,
         mem: &GuestMemoryMmap,
     ) -> Result<(), EngineError> {
-        let c = &self.parts.counters;
+        let c = &self.parts.counters.device;
         // The parser checked that the status byte lies in `data_mem` (the memory the request
         // was parsed against, kept alive while it is in flight), so this write does not fail;
         // if it ever did, the chain must not be completed (the driver would read a stale
@@ -455,7 +436,7 @@ impl QueueEngine {
             .after_used(slot.head, ring.queue_mut().next_used());
         QueueCounters::add(&c.requests, 1);
         if slot.status != status::OK {
-            QueueCounters::add(&c.errors, 1);
+            QueueCounters::add(&self.parts.counters.queue.errors, 1);
         } else {
             match slot.meta.kind {
                 RequestKind::Read => QueueCounters::add(&c.read_bytes, u64::from(slot.meta.bytes)),
@@ -467,26 +448,6 @@ impl QueueEngine {
         }
         Ok(())
     }
-}
-
-/// Submissions of one batch, for the moderation policy.
-#[derive(Debug, Default)]
-pub(super) struct Submissions {
-    /// When the batch's chains were taken (read once, at the first).
-    at: Option<vmirq_policy::Nanos>,
-    /// The policy's decision for the last submission.
-    last: Option<Decision>,
-    /// Some submission asked for a notification.
-    notify: bool,
-}
-
-/// Notifications within one batch of completions.
-#[derive(Debug, Default)]
-struct NotifyState {
-    /// The batch's first `Notify` has been acted on.
-    checked: bool,
-    /// A later `Notify` waits for the end of the batch.
-    deferred: bool,
 }
 
 /// A slot for a chain the parser rejected.

@@ -19,23 +19,43 @@ mod poll;
 mod tracking;
 
 use crate::chain::Violation;
-use crate::clock::now_ns;
-use crate::counters::QueueCounters;
-use crate::cpustat::CpuSampler;
+use crate::counters::{BlkQueueCounters, QueueCounters};
 use crate::request::DiskGeometry;
 use crate::storage::QueueIo;
-use crate::timer::HoldTimer;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use vmirq_policy::moderation::{Decision, Event, Moderation, Moderator};
-use vmirq_policy::wait::{ContentionGate, Wait, Waiter, WakeOutcome};
+use virtio_queue::QueueT;
+use vm_memory::GuestMemoryMmap;
+use vmirq_policy::moderation::Moderation;
+use vmirq_policy::wait::{ContentionGate, Wait};
 use vmirq_policy::Nanos;
+use vmirq_vhost::cpustat::CpuSampler;
+use vmirq_vhost::notify::QueueNotifier;
+use vmirq_vhost::poll::KickPoller;
 
-/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks for no used-buffer notifications.
-const VRING_AVAIL_F_NO_INTERRUPT: u16 = 1;
+pub use vmirq_vhost::Ring;
+
+/// What became of the requests whose storage operations were in flight when the engine was
+/// detached from its frontend ([`QueueEngine::detach`]). None of them is completed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// Requests in flight (their storage operations were waited for, then forgotten).
+    pub requests: u64,
+    /// Operations storage reported failed (e.g. cancelled by the kernel).
+    pub failed: u64,
+    /// Operations still running after [`QUIESCE_TIMEOUT_MS`] (their memory stays mapped).
+    pub unfinished: u64,
+}
+
+impl Dropped {
+    /// Add `other`'s counts to these.
+    pub fn add(&mut self, other: Dropped) {
+        self.requests += other.requests;
+        self.failed += other.failed;
+        self.unfinished += other.unfinished;
+    }
+}
 
 /// How long a reset or teardown waits for storage operations in flight before it gives up
 /// (and leaks their guest-memory mappings rather than let the kernel write into memory that
@@ -45,17 +65,6 @@ const QUIESCE_TIMEOUT_MS: u32 = 30_000;
 /// Most batches drained in one call before yielding to the event loop (the engine re-arms
 /// its timer immediately so it comes back). Bounds the time spent per event.
 pub const MAX_BATCHES_PER_EVENT: usize = 64;
-
-/// A virtio queue plus the means to signal the driver: the part of a vring the engine needs.
-pub trait Ring {
-    /// The queue.
-    fn queue_mut(&mut self) -> &mut Queue;
-    /// Write the call eventfd (inject the guest interrupt).
-    ///
-    /// # Errors
-    /// When the eventfd write fails.
-    fn signal(&self) -> io::Result<()>;
-}
 
 /// Errors that stop a queue (the queue is marked broken; other queues keep running).
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +91,15 @@ pub enum EngineError {
     /// Timer or eventfd failure.
     #[error("event fd operation failed")]
     Io(#[from] io::Error),
+}
+
+impl From<vmirq_vhost::QueueError> for EngineError {
+    fn from(e: vmirq_vhost::QueueError) -> Self {
+        match e {
+            vmirq_vhost::QueueError::Queue(e) => Self::Queue(e),
+            vmirq_vhost::QueueError::Io(e) => Self::Io(e),
+        }
+    }
 }
 
 /// `e` and its sources, joined with ": " (one log line names the whole cause).
@@ -115,22 +133,29 @@ pub struct EngineParts {
     /// The worker thread's CPU time and run-queue delay, for the contention gate.
     pub cpu: CpuSampler,
     /// Counters of this queue.
-    pub counters: Arc<QueueCounters>,
+    pub counters: Arc<BlkQueueCounters>,
     /// Bound on batches per event before yielding (normally [`MAX_BATCHES_PER_EVENT`]).
     pub max_batches_per_event: usize,
 }
 
+/// The parts of [`EngineParts`] the engine keeps itself (the policies went to the notifier
+/// and the poller).
+struct Parts {
+    index: u16,
+    io: Box<dyn QueueIo>,
+    geometry: DiskGeometry,
+    device_id: [u8; crate::virtio::ID_LEN],
+    counters: Arc<BlkQueueCounters>,
+    max_batches_per_event: usize,
+}
+
 /// One queue's engine.
 pub struct QueueEngine {
-    parts: EngineParts,
-    /// The moderation policy as built, restored when a broken queue recovers (the requests
-    /// it counted in flight were dropped).
-    fresh_moderation: Moderation,
-    timer: HoldTimer,
-    /// When the worker last went to sleep in epoll with a wait pending (for `Waiter::end`).
-    sleeping_since: Option<Nanos>,
-    /// The engine stopped early and must be resumed by its (immediately armed) timer.
-    resume: bool,
+    parts: Parts,
+    /// The moderation policy, the hold timer and the signal (vmirq-vhost).
+    notifier: QueueNotifier,
+    /// Kick waits (vmirq-vhost).
+    poller: KickPoller,
     broken: bool,
     /// The chain (head, rule) that broke the queue last, if a chain did.
     broken_by: Option<(u16, Violation)>,
@@ -139,7 +164,12 @@ pub struct QueueEngine {
     /// Requests in flight and reusable buffers.
     inflight: batch::Inflight,
     /// Inflight-area marks and resubmission (vhost-user INFLIGHT_SHMFD).
-    tracking: tracking::Tracking,
+    tracking: vmirq_vhost::inflight::tracking::Tracking,
+    /// The driver negotiated VIRTIO_F_RING_INDIRECT_DESC: without it an INDIRECT
+    /// descriptor breaks the queue.
+    indirect_desc: bool,
+    /// The frontend is gone: nothing is read from or written to the rings again.
+    detached: bool,
 }
 
 impl QueueEngine {
@@ -148,18 +178,39 @@ impl QueueEngine {
     /// # Errors
     /// When the hold timer cannot be created.
     pub fn new(parts: EngineParts) -> io::Result<Self> {
-        let inflight = batch::Inflight::new(parts.io.capacity());
+        let EngineParts {
+            index,
+            io,
+            geometry,
+            device_id,
+            moderation,
+            waiter,
+            contention,
+            cpu,
+            counters,
+            max_batches_per_event,
+        } = parts;
+        let inflight = batch::Inflight::new(io.capacity());
+        let notifier = QueueNotifier::new(moderation, counters.clone())?;
+        let poller = KickPoller::new(waiter, contention, cpu, counters.clone());
         Ok(Self {
-            fresh_moderation: parts.moderation,
-            parts,
-            timer: HoldTimer::new()?,
-            sleeping_since: None,
-            resume: false,
+            parts: Parts {
+                index,
+                io,
+                geometry,
+                device_id,
+                counters,
+                max_batches_per_event,
+            },
+            notifier,
+            poller,
             broken: false,
             broken_by: None,
             stalled: false,
             inflight,
-            tracking: tracking::Tracking::default(),
+            tracking: vmirq_vhost::inflight::tracking::Tracking::default(),
+            indirect_desc: false,
+            detached: false,
         })
     }
 
@@ -178,20 +229,20 @@ impl QueueEngine {
 
     /// The hold timer's fd, to register in the worker's epoll.
     #[must_use]
-    pub fn timer_fd(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&self.timer)
+    pub fn timer_fd(&self) -> RawFd {
+        self.notifier.timer_fd()
     }
 
     /// The hold timer deadline currently armed.
     #[must_use]
     pub fn timer_deadline(&self) -> Option<Nanos> {
-        self.timer.deadline()
+        self.notifier.deadline()
     }
 
     /// Completions currently held back by the policy.
     #[must_use]
     pub fn held(&self) -> u32 {
-        self.parts.moderation.held()
+        self.notifier.held()
     }
 
     /// Whether the queue stopped because the guest broke it.
@@ -207,9 +258,15 @@ impl QueueEngine {
         self.broken_by.filter(|_| self.broken)
     }
 
+    /// The features the driver acknowledged: whether it negotiated
+    /// VIRTIO_F_RING_INDIRECT_DESC (until it says so, INDIRECT descriptors are refused).
+    pub fn set_indirect_desc(&mut self, negotiated: bool) {
+        self.indirect_desc = negotiated;
+    }
+
     /// The driver reset the device: forget a broken state and any held-completion timer.
     pub fn reset(&mut self) {
-        self.quiesce();
+        let _ = self.quiesce();
         self.recover("device reset");
     }
 
@@ -218,25 +275,37 @@ impl QueueEngine {
     fn recover(&mut self, why: &str) {
         if self.broken {
             self.broken = false;
-            self.parts.moderation = self.fresh_moderation;
+            self.notifier.restore_policy();
             tracing::info!(queue = self.parts.index, "broken queue recovered: {why}");
         }
         self.stalled = false;
-        self.resume = false;
-        self.sleeping_since = None;
-        if let Err(e) = self.timer.cancel() {
-            tracing::warn!(queue = self.parts.index, error = %e, "cannot cancel hold timer");
-        }
+        self.poller.clear();
+        self.notifier.clear(self.parts.index);
+    }
+
+    /// The frontend is gone (it disconnected, or the server stops): wait for the storage
+    /// operations in flight, forget their requests without completing them (nobody reads
+    /// the rings any more; with an inflight area the next connection resubmits them), and
+    /// ignore every later event but storage completions. Call it while the worker thread that
+    /// submitted the operations is still alive: io_uring cancels the operations of a thread
+    /// that exits (see `Server::serve_connection`).
+    pub fn detach(&mut self) -> Dropped {
+        let dropped = self.quiesce();
+        self.detached = true;
+        self.notifier.clear(self.parts.index);
+        dropped
     }
 
     /// Wait for storage operations in flight and forget their requests (the driver reset
     /// the device, or the connection is going away). Operations that do not finish within
     /// [`QUIESCE_TIMEOUT_MS`] keep their guest memory mapped for the life of the process.
-    fn quiesce(&mut self) {
-        if self.inflight.len() == 0 && self.parts.io.in_flight() == 0 {
-            return;
+    fn quiesce(&mut self) -> Dropped {
+        let requests = self.inflight.len();
+        if requests == 0 && self.parts.io.in_flight() == 0 {
+            return Dropped::default();
         }
         self.wait_for_storage(QUIESCE_TIMEOUT_MS);
+        let failed = self.inflight.failed_done();
         let unfinished = self.parts.io.in_flight();
         if unfinished > 0 {
             tracing::error!(
@@ -248,11 +317,17 @@ impl QueueEngine {
         }
         tracing::debug!(queue = self.parts.index, "dropped requests in flight");
         self.inflight.clear();
+        let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
+        Dropped {
+            requests: n(requests),
+            failed: n(failed),
+            unfinished: n(unfinished),
+        }
     }
 
     /// Storage finished operations (the completion fd became readable).
     pub fn on_io(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
-        if self.broken {
+        if self.broken || self.detached {
             // Nobody completes requests on a broken queue, but storage must still be reaped,
             // or its level-triggered completion fd would keep the worker spinning.
             self.discard_finished();
@@ -260,7 +335,7 @@ impl QueueEngine {
         }
         self.guarded(ring, mem, |e, r, m| {
             if let Some(d) = e.complete_finished(r, m)? {
-                e.apply(d, false, r, m)?;
+                e.notifier.follow(d)?;
             }
             if e.stalled {
                 // Tags are free again: pick up the chains left in the ring.
@@ -280,51 +355,42 @@ impl QueueEngine {
     /// a broken queue is completed), and the queue serves again once the frontend restarts
     /// the ring.
     pub fn on_stop(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
+        if self.detached {
+            return;
+        }
         if self.broken {
-            self.quiesce();
+            let _ = self.quiesce();
             self.recover("the frontend stopped the ring");
             return;
         }
         self.guarded(ring, mem, |e, r, m| {
             e.wait_for_storage(QUIESCE_TIMEOUT_MS);
             let completed = e.complete_finished(r, m)?.is_some();
-            if completed || e.parts.moderation.held() > 0 {
-                // Whatever the policy held goes out now: the ring stops.
-                e.notify(r, m)?;
-            }
             if e.parts.io.in_flight() > 0 {
                 tracing::error!(
                     queue = e.parts.index,
                     "storage operations did not finish before the ring stopped"
                 );
             }
-            e.timer.cancel()?;
+            // Whatever the policy held goes out now: the ring stops.
+            e.notifier.flush(completed, r, m)?;
             Ok(())
         });
     }
 
     /// The guest kicked the queue.
     pub fn on_kick(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
-        QueueCounters::add(&self.parts.counters.kicks, 1);
-        if let Some(_since) = self.sleeping_since.take() {
-            self.parts.waiter.end(now_ns(), WakeOutcome::SLEPT);
-        }
+        self.poller.on_kick();
         self.guarded(ring, mem, |e, r, m| e.run(r, m));
     }
 
     /// The hold timer's fd became readable.
     pub fn on_timer(&mut self, ring: &mut dyn Ring, mem: &Arc<GuestMemoryMmap>) {
-        if !self.timer.consume() {
+        if !self.notifier.take_expiry() {
             return; // stale readiness: re-armed or cancelled since
         }
-        QueueCounters::add(&self.parts.counters.timer_fires, 1);
         self.guarded(ring, mem, |e, r, m| {
-            // Clear `resume` first: `apply` must arm a `Hold` deadline now, or a held
-            // completion would wait for a timer nobody armed (a lost notification).
-            let resume = std::mem::take(&mut e.resume);
-            let decision = e.parts.moderation.on_event(now_ns(), Event::Timer);
-            e.apply(decision, decision == Decision::Notify, r, m)?;
-            if resume {
+            if e.notifier.on_timer(r, m)? {
                 e.run(r, m)?;
             }
             Ok(())
@@ -336,7 +402,7 @@ impl QueueEngine {
     where
         F: FnOnce(&mut Self, &mut dyn Ring, &Arc<GuestMemoryMmap>) -> Result<(), EngineError>,
     {
-        if self.broken {
+        if self.broken || self.detached {
             return;
         }
         if let Err(e) = f(self, ring, mem) {
@@ -357,14 +423,15 @@ impl QueueEngine {
             self.parts.index,
             describe(e)
         );
-        QueueCounters::add(&self.parts.counters.broken, 1);
-        QueueCounters::add(&self.parts.counters.errors, 1);
+        let c = &self.parts.counters.queue;
+        QueueCounters::add(&c.broken, 1);
+        QueueCounters::add(&c.errors, 1);
         self.broken = true;
         self.broken_by = match *e {
             EngineError::Chain { head, violation } => Some((head, violation)),
             _ => None,
         };
-        let _ = self.timer.cancel();
+        self.notifier.clear(self.parts.index);
         self.discard_finished();
     }
 
@@ -379,8 +446,7 @@ impl QueueEngine {
             }
         }
         // Work is still arriving: come back through the event loop.
-        self.resume = true;
-        self.timer.arm(now_ns())?;
+        self.notifier.resume_later()?;
         Ok(())
     }
 
@@ -404,55 +470,7 @@ impl QueueEngine {
                 return Ok(());
             }
         }
-        self.resume = true;
-        self.timer.arm(now_ns())?;
-        Ok(())
-    }
-
-    /// Signal the driver unless it suppressed signals: EVENT_IDX (`used_event` not passed),
-    /// or without EVENT_IDX the available ring's NO_INTERRUPT flag (VIRTIO 1.2 §2.7.7.1; not
-    /// handled by virtio-queue's `needs_notification`).
-    fn notify(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<(), EngineError> {
-        let queue = ring.queue_mut();
-        let wanted = if queue.event_idx_enabled() {
-            queue.needs_notification(mem)?
-        } else {
-            let flags: u16 = mem
-                .load(
-                    GuestAddress(queue.avail_ring()),
-                    std::sync::atomic::Ordering::Acquire,
-                )
-                .map(u16::from_le)
-                .map_err(virtio_queue::Error::GuestMemory)?;
-            flags & VRING_AVAIL_F_NO_INTERRUPT == 0
-        };
-        if wanted {
-            ring.signal()?;
-            QueueCounters::add(&self.parts.counters.notifications, 1);
-        } else {
-            QueueCounters::add(&self.parts.counters.suppressed, 1);
-        }
-        Ok(())
-    }
-
-    /// Execute a moderation decision. `notify` is true when some decision of the batch asked
-    /// for a notification.
-    fn apply(
-        &mut self,
-        last: Decision,
-        notify: bool,
-        ring: &mut dyn Ring,
-        mem: &GuestMemoryMmap,
-    ) -> Result<(), EngineError> {
-        if notify {
-            self.notify(ring, mem)?;
-        }
-        match last {
-            Decision::Hold { deadline } if !self.resume => self.timer.arm(deadline)?,
-            Decision::Hold { .. } => {}
-            Decision::Notify | Decision::Idle if !self.resume => self.timer.cancel()?,
-            Decision::Notify | Decision::Idle => {}
-        }
+        self.notifier.resume_later()?;
         Ok(())
     }
 }
@@ -460,7 +478,7 @@ impl QueueEngine {
 impl Drop for QueueEngine {
     fn drop(&mut self) {
         // The kernel must be done with guest buffers before their mapping can go away.
-        self.quiesce();
+        let _ = self.quiesce();
     }
 }
 

@@ -275,6 +275,20 @@ impl QueueIo for UringQueue {
     }
 }
 
+impl Drop for UringQueue {
+    fn drop(&mut self) {
+        if self.in_ring > 0 {
+            // Only after a teardown gave up waiting: the kernel may still write into these
+            // operations' bounce buffers, and freed heap memory is reused at once.
+            tracing::error!(
+                operations = self.in_ring,
+                "io_uring operations still running; keeping their buffers allocated"
+            );
+            std::mem::forget(std::mem::take(&mut self.ops));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

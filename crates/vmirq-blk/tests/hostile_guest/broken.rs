@@ -8,6 +8,7 @@
 use crate::harness::{assert_still_serves, hdr_and_status, matrix, SECTOR};
 use vmirq_blk::chain::{self, Violation};
 use vmirq_blk::manual_io::manual_io;
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{
     DeviceOpts, MockGuest, TestDevice, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN,
 };
@@ -58,7 +59,7 @@ fn expect_broken_with(o: DeviceOpts, build: Build, want: Violation, recovery: Re
         Some((head, want)),
         "head and rule recorded"
     );
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
     d.guest.assert_canary(&canary, &[]);
     // A broken queue ignores kicks and timers.
     d.kick();
@@ -81,7 +82,7 @@ fn expect_broken_with(o: DeviceOpts, build: Build, want: Violation, recovery: Re
     assert_eq!(d.guest.status(&after), status::OK);
     assert!(d.guest.read(&after.data[0]).iter().all(|&b| b == 0x77));
     assert_still_serves(&mut d);
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
 }
 
 fn expect_broken(o: DeviceOpts, build: Build, want: Violation) {
@@ -233,6 +234,33 @@ fn nested_indirect_table(o: DeviceOpts) {
             40
         },
         Violation::NestedIndirect,
+    );
+}
+
+/// An INDIRECT descriptor when VIRTIO_F_RING_INDIRECT_DESC was not negotiated (virtio 1.2
+/// §2.7.5.3.1: the driver MUST NOT set it then). QEMU and Linux vhost follow such a table
+/// anyway; here it breaks the queue like any other ring rule. The same sound table is served
+/// once the feature is negotiated.
+fn indirect_descriptor_without_the_feature(o: DeviceOpts) {
+    let build: Build = |g| {
+        let t = good_table(g);
+        g.write_desc(40, t, 48, F_INDIRECT, 0);
+        40
+    };
+    let mut d = TestDevice::new(o);
+    let head = build(&mut d.guest);
+    d.guest.publish(head);
+    d.kick();
+    d.timer();
+    assert_eq!(d.guest.take_used(), vec![(u32::from(head), SECTOR + 1)]);
+    assert!(!d.engine.is_broken());
+    expect_broken(
+        DeviceOpts {
+            indirect_desc: false,
+            ..o
+        },
+        build,
+        Violation::IndirectNotNegotiated,
     );
 }
 
@@ -462,7 +490,7 @@ fn avail_index_jumping_past_the_queue_size(o: DeviceOpts) {
         vec![],
         "entries completed from a bogus ring"
     );
-    assert_eq!(d.counters.snapshot().broken, 1);
+    assert_eq!(d.counters.snapshot().queue.broken, 1);
     d.guest.assert_canary(&canary, &[]);
     d.guest.set_avail_idx(1);
     d.stop();
@@ -531,6 +559,7 @@ matrix!(
     indirect_table_outside_guest_memory,
     indirect_table_across_the_memory_hole,
     nested_indirect_table,
+    indirect_descriptor_without_the_feature,
     indirect_length_not_a_multiple_of_16,
     indirect_length_zero,
     indirect_and_next_in_one_descriptor,

@@ -1,5 +1,6 @@
 //! The case matrix and the checks shared by every case.
 
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{DeviceOpts, MockGuest, Submitted, TestDevice};
 use vmirq_blk::virtio::{req, status};
 

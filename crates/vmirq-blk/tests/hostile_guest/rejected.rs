@@ -5,6 +5,7 @@
 use crate::harness::{
     assert_still_serves, expect_status, hdr_and_status, matrix, run_one, writable, SECTOR,
 };
+use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::mock_guest::{
     DeviceOpts, MockGuest, TestDevice, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN, REGION1_START,
     TEST_SERIAL,
@@ -397,7 +398,7 @@ fn a_full_ring_of_requests_completes_in_one_kick(o: DeviceOpts) {
     d.timer();
     assert_eq!(d.guest.take_used().len(), usize::from(n));
     assert!(subs.iter().all(|s| d.guest.status(s) == status::OK));
-    assert_eq!(d.counters.snapshot().requests, u64::from(n));
+    assert_eq!(d.counters.snapshot().device.requests, u64::from(n));
 }
 
 /// A disk with 4096-byte logical blocks (a 4Kn device under O_DIRECT): reads, writes and

@@ -93,18 +93,8 @@ pub fn precise_timers() {
 
 /// Pin the calling thread to `cpu`. Failure is logged, not fatal (the run is only noisier).
 pub fn pin_to(cpu: usize) {
-    // SAFETY: cpu_set_t is a plain bit array for which all-zero is a valid (empty) value.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is checked against its capacity.
-    unsafe {
-        if cpu < 8 * std::mem::size_of::<libc::cpu_set_t>() {
-            libc::CPU_SET(cpu, &mut set);
-        }
-    }
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; tid 0 is the calling thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        tracing::warn!(cpu, err = %std::io::Error::last_os_error(), "could not pin the client thread");
+    if let Err(err) = vmirq_os::pin_current_thread(cpu) {
+        tracing::warn!(cpu, %err, "could not pin the client thread");
     }
 }
 

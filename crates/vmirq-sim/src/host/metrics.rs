@@ -26,6 +26,13 @@ pub enum Cat {
 pub const N_CAT: usize = 6;
 
 impl Cat {
+    /// Work a vCPU thread does in host kernel code (exit handling, host interrupt handlers),
+    /// where a non-preemptible host kernel does not preempt it.
+    #[must_use]
+    pub const fn in_host_kernel(self) -> bool {
+        matches!(self, Cat::Exit | Cat::Host)
+    }
+
     /// All categories, in index order.
     pub const ALL: [Cat; N_CAT] = [
         Cat::Guest,

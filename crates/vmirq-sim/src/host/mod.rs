@@ -153,6 +153,10 @@ pub struct Pcpu {
     pub slice: Timer,
     /// Idle-state governor (host C-states, `crate::profiles`).
     pub gov: crate::profiles::Governor,
+    /// When the current thread got the CPU (CFS `exec_start` of its pick).
+    pub picked: Nanos,
+    /// CFS `min_vruntime` of this pCPU's run queue (monotonic).
+    pub min_vruntime: Nanos,
 }
 
 /// Whether the machine is virtualized.
@@ -195,6 +199,18 @@ pub struct Core {
     pub idle_states: &'static [crate::profiles::CState],
     /// The governor's prediction cap (the host's next timer event).
     pub next_timer_ns: Nanos,
+    /// Indirect exit cost (`crate::era`): guest time to refill the workload's working set
+    /// when its code runs again after a world switch. 0: none.
+    pub exit_refill_ns: Nanos,
+    /// Guest EOI writes exit (`crate::era`; never with posted interrupts).
+    pub eoi_exit: bool,
+    /// A fully preemptible host kernel (`CONFIG_PREEMPT`): a vCPU thread is preempted even
+    /// inside an exit. False (the default): `CONFIG_PREEMPT_VOLUNTARY`, preemption waits for
+    /// the end of the exit.
+    pub host_preempt_full: bool,
+    /// CFS-like wakeup placement and preemption (`host_sched = "cfs"`, the default); false:
+    /// every wakeup preempts the running thread at once (the model before 2026-11-25).
+    pub host_sched_cfs: bool,
 }
 
 /// Result alias of the host model.
@@ -223,6 +239,10 @@ impl Core {
             stagger_slices: false,
             idle_states: &[],
             next_timer_ns: 4_000_000,
+            exit_refill_ns: 0,
+            eoi_exit: false,
+            host_preempt_full: false,
+            host_sched_cfs: false,
         }
     }
 

@@ -84,6 +84,15 @@ pub struct Vcpu {
     pub run_ns: Nanos,
     /// Of `run_ns`, the time per [`Tag::App`] tag.
     pub app_ns: std::collections::BTreeMap<u32, Nanos>,
+    /// A world switch happened since the workload's guest code last ran: its working set
+    /// has to be refilled (indirect exit cost, `crate::era`).
+    pub cold: bool,
+    /// The host scheduler wants this thread off its pCPU (`need_resched`) but it is in the
+    /// middle of an exit: with a non-preemptible host kernel it leaves at the next
+    /// preemption point, KVM's `need_resched()` check before re-entering the guest.
+    pub resched: bool,
+    /// Added to `run_ns` to give the thread's CFS vruntime (sleeper placement raises it).
+    pub vruntime_offset: Nanos,
 }
 
 impl Vcpu {
@@ -108,6 +117,9 @@ impl Vcpu {
             flush_on_entry: None,
             run_ns: 0,
             app_ns: std::collections::BTreeMap::new(),
+            cold: false,
+            resched: false,
+            vruntime_offset: 0,
         }
     }
 
@@ -143,7 +155,16 @@ impl Core {
         if vc.run != Run::OnCpu || vc.cur.is_some() || vc.idle != Idle::Busy {
             return Ok(());
         }
+        if self.vcpus[v].resched
+            && self.vcpus[v]
+                .work
+                .front()
+                .is_none_or(|w| !w.cat.in_host_kernel())
+        {
+            return self.preemption_point(v);
+        }
         if let Some(w) = self.vcpus[v].work.pop_front() {
+            let w = self.refill_first(v, w);
             return self.start(v, w);
         }
         if self.vcpus[v].in_idle {
@@ -169,6 +190,26 @@ impl Core {
         self.dispatch(v)
     }
 
+    /// Indirect exit cost: the workload's guest code that runs first after a world switch
+    /// refills the caches and TLB it lost to the hypervisor (once, however many exits came
+    /// in between). Returns the refill item to run first (the work goes back in front), or
+    /// the work itself. Interrupt entries and handlers are not workload code.
+    fn refill_first(&mut self, v: VcpuId, w: Work) -> Work {
+        let app = w.cat == Cat::Guest && matches!(w.tag, Tag::App(_));
+        if !app || !self.vcpus[v].cold || self.exit_refill_ns == 0 {
+            return w;
+        }
+        self.vcpus[v].cold = false;
+        self.vcpus[v].work.push_front(w);
+        self.metrics.count("exit_refills");
+        self.metrics.add("exit_refill_ns", self.exit_refill_ns);
+        Work {
+            ns: self.exit_refill_ns,
+            cat: Cat::Guest,
+            tag: Tag::Plain,
+        }
+    }
+
     fn start(&mut self, v: VcpuId, work: Work) -> Result<()> {
         let now = self.now();
         let p = self.vcpus[v].pcpu;
@@ -189,6 +230,9 @@ impl Core {
         };
         let spent = self.now().saturating_sub(cur.started);
         self.account(v, cur.work, spent);
+        if cur.work.cat == Cat::Exit && !self.bare() {
+            self.vcpus[v].cold = true;
+        }
         match cur.work.tag {
             Tag::Plain => Ok(None),
             Tag::App(t) => Ok(Some(Hook::App(v, t))),
@@ -202,6 +246,7 @@ impl Core {
             }
             Tag::IrqEntry(irq) => {
                 self.leave_idle(v);
+                self.eoi(v);
                 Ok(Some(Hook::Irq(v, irq)))
             }
             Tag::IdleEntered => {
@@ -213,6 +258,21 @@ impl Core {
                 Ok(None)
             }
         }
+    }
+
+    /// The handler acknowledges the interrupt (Linux acks edge-triggered MSIs and IPIs at
+    /// handler entry): without posted interrupts or PV EOI the x2APIC EOI MSR write exits
+    /// (`crate::era`), before anything else the vCPU does.
+    fn eoi(&mut self, v: VcpuId) {
+        if !self.eoi_exit || self.bare() || self.vcpus[v].guest.posted_interrupts {
+            return;
+        }
+        self.metrics.count("exits_eoi");
+        self.vcpus[v].work.push_front(Work {
+            ns: self.costs.exit_roundtrip_ns + self.costs.wrmsr_exit_ns,
+            cat: Cat::Exit,
+            tag: Tag::Plain,
+        });
     }
 
     /// The guest leaves its idle loop: restart the tick (timer writes) before other work.
@@ -334,6 +394,20 @@ impl Core {
 
     /// Deliver an interrupt to `v`; `sender` is the vCPU that sent it (it pays the kick).
     pub fn deliver(&mut self, v: VcpuId, irq: Irq, sender: Option<VcpuId>) -> Result<()> {
+        // A device queue's MSI-X vector that is still pending (requested, its IDT entry not
+        // begun) merges with the new message: the local APIC keeps one IRR bit per vector
+        // (and posted interrupts one PIR bit), so the guest takes it once (Intel SDM vol. 3A,
+        // "Interrupt Acceptance for Fixed Interrupts"). IPIs are not merged here: the model's
+        // IPI handlers act per message.
+        if matches!(irq.src, IrqSrc::Device { .. })
+            && self.vcpus[v]
+                .work
+                .iter()
+                .any(|w| matches!(w.tag, Tag::IrqEntry(p) if p.src == irq.src))
+        {
+            self.metrics.count("irqs_merged");
+            return Ok(());
+        }
         self.metrics.count("irqs_delivered");
         let entry_ns = if self.bare() {
             self.costs.native_irq_entry_ns

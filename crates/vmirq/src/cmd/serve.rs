@@ -87,7 +87,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     opts.serial = args.serial;
     let server = Server::new(opts.validate()?).context("starting the server")?;
     let handle = server.handle();
-    vmirq_blk::signals::install(handle.clone()).context("installing signal handlers")?;
+    handle
+        .install_signals()
+        .context("installing signal handlers")?;
     let result = server.run();
     eprint!("{}", vmirq_blk::counters::summary(&handle.counters()));
     result.context("serving")?;

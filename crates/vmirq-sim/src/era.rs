@@ -1,0 +1,108 @@
+//! Era mechanisms of the host profiles, beyond their idle states (`crate::profiles`): what a
+//! world switch costs the guest after the switch itself (the indirect cost: refilling the
+//! caches and TLB its working set lost to the hypervisor), and which interrupt-path exits a
+//! guest of that era takes (the EOI write). Keyed by profile name, so the idle-state
+//! tables stay as they are; a profile without an entry here (e.g. one measured on a real
+//! host, whose measured primitives already contain what it has) gets none of these costs.
+//!
+//! Every number has its source next to it. Where the source gives a bound rather than a
+//! value, the doc says which end was taken and why; it was chosen before the checks were
+//! re-run (see the crate README, "Which checks moved").
+
+use crate::Nanos;
+
+/// Era mechanisms of one host profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Era {
+    /// Profile name (as in `crate::profiles::PROFILES`).
+    pub profile: &'static str,
+    /// Indirect cost of a world switch: extra guest time when guest code of the workload
+    /// runs again after at least one exit (the guest's working set is refilled once,
+    /// however many exits polluted it). 0: not modelled.
+    pub exit_refill_ns: Nanos,
+    /// The guest's EOI write exits: an x2APIC EOI MSR write per interrupt, as in KVM
+    /// before posted interrupts / APICv and before paravirtual EOI.
+    pub eoi_exit: bool,
+    /// Where the numbers come from.
+    pub about: &'static str,
+}
+
+/// SplitX (Landau, Ben-Yehuda, Gordon, WIOV 2011; wakeup.md §3.3), Xeon X5570 2.93 GHz
+/// (Nehalem), KVM 2.6.34: the direct cost of an exit is about 2,000 cycles, and "the
+/// indirect and synchronous cost can in certain cases be an order of magnitude higher".
+/// That bound is the only published magnitude; this takes its upper end, 10 x 2,000 cycles
+/// at 2.93 GHz, for the indirect part alone (the synchronous part, the handling, is already
+/// in the primitive costs). So the refill is an upper bound, and the checks it moves show
+/// how much of a miss indirect costs *can* explain, not that they do.
+pub const SPLITX_REFILL_NS: Nanos = 6_826; // 20,000 cycles / 2.93 GHz
+
+/// The eras.
+pub const ERAS: &[Era] = &[
+    Era {
+        profile: "westmere-2012",
+        exit_refill_ns: SPLITX_REFILL_NS,
+        eoi_exit: true,
+        about: "refill: SplitX's bound, measured on Nehalem (Westmere is its 32 nm shrink, \
+                same per-core caches); EOI exits: no APICv (Westmere has none) and no PV EOI \
+                (guest side merged June 2012, Linux 3.6, commit ab9cf4996bb9 'KVM guest: \
+                guest side for eoi avoidance', after FAST'12); ELI (ASPLOS 2012) removes \
+                exactly this exit by letting the guest write the x2APIC EOI MSR directly",
+    },
+    Era {
+        profile: "sandybridge-2015",
+        exit_refill_ns: SPLITX_REFILL_NS,
+        eoi_exit: false,
+        about: "refill: SplitX's Nehalem bound, carried over unchanged (Sandy Bridge keeps \
+                the per-core L1/L2 sizes; an extrapolation); EOI: a 2015 guest (Linux >= 3.6) \
+                uses PV EOI, and the talk's per-transaction exit count (~9.6 MSR writes = \
+                ICR + APIC timer writes) has no EOI writes in it",
+    },
+    Era {
+        profile: "sandybridge",
+        exit_refill_ns: SPLITX_REFILL_NS,
+        eoi_exit: false,
+        about: "as sandybridge-2015",
+    },
+    Era {
+        profile: "haswell",
+        exit_refill_ns: SPLITX_REFILL_NS,
+        eoi_exit: false,
+        about: "refill as sandybridge-2015 (an extrapolation); no EOI exit: Haswell-EP has \
+                APICv (first shipped with Ivy Bridge-EP; from memory, not in the references)",
+    },
+];
+
+/// The era mechanisms of profile `name` (none for a profile without an entry).
+#[must_use]
+pub fn era(name: &str) -> Era {
+    ERAS.iter()
+        .find(|e| e.profile == name)
+        .copied()
+        .unwrap_or(Era {
+            profile: "",
+            exit_refill_ns: 0,
+            eoi_exit: false,
+            about: "",
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_era_names_a_known_profile_and_unknown_ones_get_nothing() {
+        for e in ERAS {
+            assert!(
+                crate::profiles::profile(e.profile).is_some(),
+                "{}",
+                e.profile
+            );
+            assert!(!e.about.is_empty());
+        }
+        let none = era("this-host");
+        assert_eq!((none.exit_refill_ns, none.eoi_exit), (0, false));
+        assert!(era("westmere-2012").eoi_exit);
+        assert_eq!(SPLITX_REFILL_NS, (20_000u64 * 1_000).div_ceil(2_930));
+    }
+}

@@ -1,0 +1,70 @@
+//! The era mechanisms of the host profiles (`vmirq_sim::era`): the indirect exit cost
+//! (working-set refill after a world switch) and EOI write exits.
+
+mod common;
+use common::{check, run_scenario, value};
+use vmirq_sim::report::Report;
+
+/// A counter of a run (0 when it never counted).
+fn count(r: &Report, run: &str, key: &str) -> f64 {
+    r.runs
+        .get(run)
+        .and_then(|x| x.values.get(key).copied())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn eoi_writes_exit_only_where_the_era_has_neither_apicv_nor_pv_eoi() {
+    // westmere-2012 (FAST'12 host): one EOI exit per interrupt the guest handles.
+    let r = run_scenario("ibm_polling", &["duration_us=20000"]);
+    let eois = count(&r, "ping-vm-halt", "exits_eoi");
+    let irqs = count(&r, "ping-vm-halt", "irqs_delivered");
+    assert!(eois > 100.0, "eois {eois}");
+    assert!((irqs - eois).abs() <= 2.0, "irqs {irqs} eois {eois}");
+    assert_eq!(count(&r, "ping-bare-halt", "exits_eoi"), 0.0, "bare metal");
+    let off = run_scenario("ibm_polling", &["duration_us=20000", "eoi_exit=false"]);
+    assert_eq!(count(&off, "ping-vm-halt", "exits_eoi"), 0.0);
+    // Each EOI exit is one light exit plus the MSR write on the ping's critical path.
+    let extra = value(&r, "ping-vm-halt", "ping_rtt_ns.mean")
+        - value(&off, "ping-vm-halt", "ping_rtt_ns.mean");
+    assert!(
+        (700.0..1_000.0).contains(&extra),
+        "EOI exit adds {extra} ns"
+    );
+    // sandybridge-2015 (PV EOI): none.
+    let k = run_scenario("kvm_wakeup", &["duration_us=20000"]);
+    assert_eq!(count(&k, "kvm-sleep", "exits_eoi"), 0.0);
+}
+
+#[test]
+fn working_set_refill_is_paid_once_per_return_to_workload_code() {
+    let on = run_scenario("kvm_wakeup", &["duration_us=40000"]);
+    let off = run_scenario("kvm_wakeup", &["duration_us=40000", "exit_refill_ns=0"]);
+    // TCP_RR: client and server each wake once per round trip, so two refills each,
+    // however many exits (ICR write, HLT, 4 timer writes) polluted the caches meanwhile.
+    let per_rt =
+        count(&on, "rr-kvm-sleep", "exit_refills") / count(&on, "rr-kvm-sleep", "transactions");
+    assert!(
+        (1.9..2.1).contains(&per_rt),
+        "refills per round trip {per_rt}"
+    );
+    let extra =
+        value(&on, "rr-kvm-sleep", "rtt_ns.mean") - value(&off, "rr-kvm-sleep", "rtt_ns.mean");
+    let two = 2.0 * vmirq_sim::era::SPLITX_REFILL_NS as f64;
+    assert!((extra - two).abs() < 0.05 * two, "extra {extra} ns");
+    let name = "TCP_RR VM slowdown, no polling";
+    assert_eq!(check(&on, name).status, "reproduced");
+    assert_eq!(check(&off, name).status, "not reproduced");
+    // Bare metal has no world switch, and an interrupt handler is not workload code: the
+    // IPI wakeup latency (to the handler's first instruction) does not change.
+    assert_eq!(count(&on, "rr-bare", "exit_refills"), 0.0);
+    assert_eq!(
+        value(&on, "kvm-sleep", "wakeup_ns.p50"),
+        value(&off, "kvm-sleep", "wakeup_ns.p50")
+    );
+    // A profile without an era entry gets no refill (vic_storage has no profile).
+    let v = run_scenario("vic_storage", &["duration_us=5000"]);
+    for run in v.runs.keys() {
+        assert_eq!(count(&v, run, "exit_refills"), 0.0, "{run}");
+    }
+}
