@@ -39,3 +39,18 @@ fn every_exit_loop_runs_with_the_expected_userspace_exits() {
         }
     }
 }
+
+#[test]
+fn reentry_after_sleep_subtracts_the_vmm_sleep_from_every_iteration() {
+    let Some(_serial) = common::kvm_or_skip("reentry_after_sleep") else {
+        return;
+    };
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    let r = vmirq_kvm::exits::reentry::measure(40, clock).expect("both loops run");
+    eprintln!("{r:?}");
+    assert_eq!(r.hot_ns.n, 40);
+    assert_eq!(r.cold_ns.n, 40);
+    // The VMM slept 100 us on every exit; what is left is a round trip, far below the sleep.
+    assert!(r.cold_ns.p50 > 0 && r.cold_ns.p50 < r.sleep_ns, "{r:?}");
+    assert_eq!(r.penalty_ns, r.cold_ns.p50.saturating_sub(r.hot_ns.p50));
+}

@@ -70,7 +70,9 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(mut v: Vec<f64>) -> Option<Self> {
+    /// Median, min and max of `v` (`None` when empty).
+    #[must_use]
+    pub fn of(mut v: Vec<f64>) -> Option<Self> {
         if v.is_empty() {
             return None;
         }

@@ -109,10 +109,38 @@ pub enum CostsError {
     /// The file is not valid JSON of the expected shape.
     #[error("costs file is not valid vmirq-costs-v1 JSON")]
     Json(#[from] serde_json::Error),
-    /// The format tag is not `vmirq-costs-v1`.
-    #[error("unsupported costs format {0:?} (expected \"vmirq-costs-v1\")")]
+    /// The format tag is neither `vmirq-costs-v1` nor `vmirq-sim-costs-v1`.
+    #[error(
+        "unsupported costs format {0:?} (expected \"vmirq-costs-v1\" or \"vmirq-sim-costs-v1\")"
+    )]
     Format(String),
+    /// A `vmirq-sim-costs-v1` key that is not a [`Costs`] field.
+    #[error("costs file key {0:?} is not a simulator cost")]
+    Field(String),
 }
+
+/// Format of a host profile's costs (e.g. `crates/vmirq-sim/this-host/profile-*.json`):
+/// `costs_ns` keys are [`Costs`] field names, each value already derived from primitive
+/// measurements; other top-level keys (derivations, inputs) are documentation.
+pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
+
+/// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
+pub const FIELDS: [&str; 14] = [
+    "wrmsr_exit_ns",
+    "exit_roundtrip_ns",
+    "kick_ns",
+    "sched_wakeup_ns",
+    "vm_entry_ns",
+    "guest_irq_entry_ns",
+    "native_ipi_wakeup_ns",
+    "native_irq_entry_ns",
+    "native_msr_ns",
+    "poll_notice_ns",
+    "context_switch_ns",
+    "timeslice_ns",
+    "min_granularity_ns",
+    "host_irq_ns",
+];
 
 /// The `vmirq kvm exits` costs file.
 #[derive(Debug, Deserialize)]
@@ -131,11 +159,24 @@ pub type CostOverrides = (Vec<(&'static str, u64)>, Vec<String>);
 /// (a light in-kernel exit round trip) -> `exit_roundtrip_ns`; `ipi_send` ->
 /// `wrmsr_exit_ns`; `irq_inject` -> `guest_irq_entry_ns`. The composite wakeup latencies
 /// (`hlt_wakeup_*`) are *results* of the model, so they are never inputs and are ignored.
+/// A [`SIM_FORMAT`] document (a host profile) sets [`Costs`] fields by name instead.
 ///
 /// # Errors
 /// [`CostsError`] on malformed input.
 pub fn file_overrides(json: &str) -> Result<CostOverrides, CostsError> {
     let f: CostsFile = serde_json::from_str(json)?;
+    if f.format == SIM_FORMAT {
+        tracing::info!(source = %f.source, "reading host profile costs");
+        let mut set = Vec::new();
+        for (k, v) in f.costs_ns {
+            let name = FIELDS
+                .iter()
+                .find(|&&n| n == k)
+                .ok_or(CostsError::Field(k))?;
+            set.push((*name, v));
+        }
+        return Ok((set, Vec::new()));
+    }
     if f.format != "vmirq-costs-v1" {
         return Err(CostsError::Format(f.format));
     }
@@ -178,5 +219,32 @@ mod tests {
             ]
         );
         assert!(file_overrides(r#"{"format":"x","costs_ns":{}}"#).is_err());
+    }
+
+    #[test]
+    fn sim_costs_file_sets_fields_by_name_and_refuses_unknown_ones() {
+        let (set, ign) = file_overrides(
+            r#"{"format":"vmirq-sim-costs-v1","source":"t","derivation":{},"costs_ns":{"kick_ns":5000,"vm_entry_ns":700}}"#,
+        )
+        .expect("valid");
+        assert_eq!(set, vec![("kick_ns", 5000), ("vm_entry_ns", 700)]);
+        assert!(ign.is_empty());
+        let e = file_overrides(r#"{"format":"vmirq-sim-costs-v1","costs_ns":{"kick":1}}"#);
+        assert!(matches!(e, Err(CostsError::Field(k)) if k == "kick"));
+    }
+
+    #[test]
+    fn field_list_matches_the_costs_struct() {
+        let v = serde_json::to_value(Costs::default()).expect("serializes");
+        let mut names: Vec<&str> = v
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        names.sort_unstable();
+        let mut fields = FIELDS.to_vec();
+        fields.sort_unstable();
+        assert_eq!(names, fields);
     }
 }

@@ -26,6 +26,8 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Serve a vhost-user-blk device whose notifications and kick waits follow vmirq policies.
     Serve(cmd::serve::Args),
+    /// Serve a vhost-user-net switch between ports whose interrupts and kick waits follow vmirq policies.
+    ServeNet(cmd::serve_net::Args),
     /// Simulate a virtualized host running vmirq policies (scenarios/, paper vs simulated).
     Sim(cmd::sim::Args),
 }
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Netload(args) => cmd::netload::run(args),
         Command::Replay(args) => cmd::replay::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::ServeNet(args) => cmd::serve_net::run(args),
         Command::Sim(args) => cmd::sim::run(args),
     };
     match result {

@@ -1,8 +1,10 @@
 //! `vmirq kvm exits`: per-exit costs measured by guest loops ([`crate::guest::exits`]), plus
 //! the wake costs from short wake cells, summarised as a [`CostsFile`].
 
+pub mod reentry;
 mod report;
 
+pub use reentry::Reentry;
 pub use report::{html, table};
 
 use crate::costs::{Costs, CostsFile};
@@ -57,6 +59,8 @@ pub struct ExitsReport {
     pub failed: Vec<(ExitOp, String)>,
     /// Wake cells the wake costs come from.
     pub wake_cells: Vec<(String, Cell)>,
+    /// Re-entry after the vCPU thread slept (see [`Reentry`]); `None` if it failed here.
+    pub reentry: Option<Reentry>,
     /// The costs file content.
     pub costs: CostsFile,
 }
@@ -137,6 +141,7 @@ pub fn measure_all(
         }
     }
     let wake_cells = wake_cells(wake_samples, clock)?;
+    let reentry = reentry::measure(iterations, clock).ok();
     let costs = costs_of(&ops, &wake_cells);
     Ok(ExitsReport {
         tsc_ghz: clock.ghz,
@@ -145,6 +150,7 @@ pub fn measure_all(
         ops,
         failed,
         wake_cells,
+        reentry,
         costs: CostsFile::new(source, costs),
     })
 }

@@ -29,6 +29,16 @@ pub fn table(r: &ExitsReport) -> Table {
             "-".into(),
         ]);
     }
+    if let Some(e) = &r.reentry {
+        t.row(vec![
+            "reentry_after_sleep".into(),
+            e.cold_ns.n.to_string(),
+            us(e.cold_ns.p50),
+            us(e.cold_ns.p99),
+            us(e.penalty_ns),
+            "-".into(),
+        ]);
+    }
     for (op, why) in &r.failed {
         t.row(vec![format!("{op:?}"), "failed".into(), why.clone()]);
     }

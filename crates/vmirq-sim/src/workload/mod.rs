@@ -7,12 +7,14 @@ mod parsec;
 pub mod profiles;
 mod sidecore;
 mod storage;
+mod this_host;
 
 pub use msg::{IpiMicro, TcpRr};
 pub use net::{NetRx, NetRxConfig};
 pub use parsec::{Parsec, ParsecConfig};
 pub use sidecore::{PathMode, Ping, PingConfig, SyncWrite, SyncWriteConfig};
 pub use storage::{Storage, StorageConfig};
+pub use this_host::IrqfdMicro;
 
 use crate::host::{Core, Hook, Result};
 use serde::{Deserialize, Serialize};
@@ -25,6 +27,12 @@ pub enum WorkloadConfig {
     /// send to vCPU 0's handler (the KVM Forum 2015 microbenchmark).
     IpiMicro {
         /// Mean gap between IPIs in microseconds.
+        interval_us: u64,
+    },
+    /// A host thread signals halted vCPU 0's irqfd `interval_us` after each handled wake
+    /// (`vmirq kvm wake --path irqfd`); latency from the signal to the handler.
+    IrqfdMicro {
+        /// Wait after each handled wake before the next signal, in microseconds.
         interval_us: u64,
     },
     /// 1-byte request/response ping-pong between a client on vCPU 0 and a server on
@@ -53,6 +61,8 @@ pub enum WorkloadConfig {
 pub enum Workload {
     /// See [`WorkloadConfig::IpiMicro`].
     IpiMicro(IpiMicro),
+    /// See [`WorkloadConfig::IrqfdMicro`].
+    IrqfdMicro(IrqfdMicro),
     /// See [`WorkloadConfig::TcpRr`].
     TcpRr(TcpRr),
     /// See [`WorkloadConfig::Storage`].
@@ -74,6 +84,9 @@ impl Workload {
         match *cfg {
             WorkloadConfig::IpiMicro { interval_us } => {
                 Workload::IpiMicro(IpiMicro::new(interval_us * 1_000))
+            }
+            WorkloadConfig::IrqfdMicro { interval_us } => {
+                Workload::IrqfdMicro(IrqfdMicro::new(interval_us * 1_000))
             }
             WorkloadConfig::TcpRr {
                 work_ns,
@@ -102,7 +115,10 @@ impl Workload {
     #[must_use]
     pub fn vcpus_needed(&self) -> usize {
         match self {
-            Workload::Storage(_) | Workload::Ping(_) | Workload::NetRx(_) => 1,
+            Workload::Storage(_)
+            | Workload::Ping(_)
+            | Workload::NetRx(_)
+            | Workload::IrqfdMicro(_) => 1,
             Workload::Parsec(w) => w.vcpus(),
             _ => 2,
         }
@@ -115,6 +131,7 @@ impl Workload {
     pub fn start(&mut self, core: &mut Core) -> Result<()> {
         match self {
             Workload::IpiMicro(w) => w.start(core),
+            Workload::IrqfdMicro(w) => w.start(core),
             Workload::TcpRr(w) => w.start(core),
             Workload::Storage(w) => w.start(core),
             Workload::Ping(w) => w.start(core),
@@ -131,6 +148,7 @@ impl Workload {
     pub fn hook(&mut self, core: &mut Core, hook: Hook) -> Result<()> {
         match self {
             Workload::IpiMicro(w) => w.hook(core, hook),
+            Workload::IrqfdMicro(w) => w.hook(core, hook),
             Workload::TcpRr(w) => w.hook(core, hook),
             Workload::Storage(w) => w.hook(core, hook),
             Workload::Ping(w) => w.hook(core, hook),
@@ -151,6 +169,7 @@ impl Workload {
             Workload::Ping(w) => w.timer(core, tag),
             Workload::SyncWrite(w) => w.timer(core, tag),
             Workload::NetRx(w) => w.timer(core, tag),
+            Workload::IrqfdMicro(w) => w.timer(core, tag),
             _ => Ok(()),
         }
     }

@@ -6,12 +6,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::netload_peers::{self, parse_peer, print_ratio, Peer, Target, VmirqPeer};
 use anyhow::Context;
-use vmirq_netload::bench::{bench, run_config, BenchConfig};
+use vmirq_net::queues::Policies;
+use vmirq_netload::bench::{bench, run_config, BenchConfig, BenchResult};
 use vmirq_netload::peer::loopback_reference;
 use vmirq_netload::port::PortConfig;
 use vmirq_netload::run::Mode;
+use vmirq_netload::run::Report;
 use vmirq_netload::workload::Workload;
+use vmirq_policy::spec::{ModerationSpec, WaitSpec};
 
 /// Arguments of `vmirq netload`.
 #[derive(Debug, clap::Args)]
@@ -67,9 +71,21 @@ pub struct Args {
     /// Write every run's report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Also measure the machine's reference: testpmd's virtio-user through its vhost PMD.
+    /// Also measure the machine's reference: testpmd's virtio-user through its vhost PMD
+    /// (and through every other --peer).
     #[arg(long)]
     loopback_reference: bool,
+    /// Peers to compare when no --socket is given, interleaved per repeat: `testpmd`
+    /// (its vhost PMD) and/or `vmirq` (`vmirq serve-net` in this process).
+    #[arg(long = "peer", default_value = "testpmd", value_delimiter = ',', value_parser = parse_peer)]
+    peers: Vec<Peer>,
+    /// `--moderation` of the `vmirq` peer; repeat to compare several (each its own peer,
+    /// e.g. `--vmirq-moderation none --vmirq-moderation dim`).
+    #[arg(long, default_value = "none", value_name = "SPEC")]
+    vmirq_moderation: Vec<ModerationSpec>,
+    /// `--poll` of the `vmirq` peer.
+    #[arg(long, default_value = "never", value_name = "SPEC")]
+    vmirq_poll: WaitSpec,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
@@ -87,6 +103,43 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
         "off" => Ok(false),
         _ => Err(format!("expected on or off, got {s:?}")),
     }
+}
+
+/// Each peer's session, interleaved: repeat `r` runs every mode against every peer before
+/// repeat `r + 1`.
+fn compare(cfg: &BenchConfig, peers: &[Target]) -> anyhow::Result<Vec<BenchResult>> {
+    let dir = std::env::temp_dir().join(format!("vmirq-netload-peers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut results: Vec<Option<BenchResult>> = vec![None; peers.len()];
+    let one = BenchConfig {
+        repeat: 1,
+        ..cfg.clone()
+    };
+    for _ in 0..cfg.repeat.max(1) {
+        for (i, peer) in peers.iter().enumerate() {
+            let r = match peer {
+                Target::Testpmd => bench(&one, |r| eprintln!("testpmd: {}", r.summary()))?,
+                Target::Vmirq(policies) => {
+                    let srv = VmirqPeer::start(&dir, cfg.testpmd_ports, *policies)?;
+                    let c = BenchConfig {
+                        sockets: srv.sockets.clone(),
+                        ..one.clone()
+                    };
+                    let label = peer.label();
+                    let mut r = bench(&c, |r| eprintln!("{label}: {}", r.summary()))?;
+                    r.peer = srv.describe(policies);
+                    eprint!("{}", srv.stop()?);
+                    r
+                }
+            };
+            match &mut results[i] {
+                Some(acc) => acc.runs.extend(r.runs),
+                slot => *slot = Some(r),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(results.into_iter().flatten().collect())
 }
 
 /// Run `vmirq netload`.
@@ -112,28 +165,72 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ..PortConfig::default()
         },
     };
-    let result = bench(&cfg, |r| eprintln!("{}", r.summary()))?;
-    println!("peer: {}", result.peer);
-    print!("{}", result.table());
+    let base = Policies {
+        poll: args.vmirq_poll,
+        ..Policies::default()
+    };
+    let peers = if cfg.sockets.is_empty() {
+        Target::expand(&args.peers, &args.vmirq_moderation, base)
+    } else {
+        Vec::new()
+    };
+    let results = if peers.is_empty() {
+        vec![bench(&cfg, |r| eprintln!("{}", r.summary()))?]
+    } else {
+        compare(&cfg, &peers)?
+    };
+    for result in &results {
+        println!("peer: {}", result.peer);
+        print!("{}", result.table());
+    }
+    if results.len() > 1 {
+        for mode in &cfg.modes {
+            for (name, get) in [
+                ("packets/s", (|r: &Report| r.pps) as fn(&Report) -> f64),
+                ("client CPU ns/packet", |r: &Report| r.cpu_ns_per_packet),
+                ("interrupts/packet", |r: &Report| r.interrupts_per_packet),
+            ] {
+                let per_peer: Vec<Vec<f64>> = results
+                    .iter()
+                    .map(|res| {
+                        res.runs
+                            .iter()
+                            .filter(|r| r.mode == *mode)
+                            .map(get)
+                            .collect()
+                    })
+                    .collect();
+                print_ratio(&peers, &per_peer, &format!("{name} [{}]", mode.as_str()));
+            }
+        }
+    }
     if args.loopback_reference {
-        let dir = std::env::temp_dir().join(format!("vmirq-loopback-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let r = loopback_reference(&dir, 5);
-        let _ = std::fs::remove_dir_all(&dir);
-        let r = r.context("loopback reference")?;
-        println!(
-            "reference (testpmd virtio-user through testpmd vhost, 64 B, polling): {} pps median of {:?}",
-            r.median_pps(),
-            r.pps
-        );
+        if peers.len() > 1 || peers.first().is_some_and(|p| *p != Target::Testpmd) {
+            netload_peers::loopback(&peers, args.repeat, 5)?;
+        } else {
+            let dir = std::env::temp_dir().join(format!("vmirq-loopback-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let r = loopback_reference(&dir, 5);
+            let _ = std::fs::remove_dir_all(&dir);
+            let r = r.context("loopback reference")?;
+            println!(
+                "reference (testpmd virtio-user through testpmd vhost, 64 B, polling): {} pps median of {:?}",
+                r.median_pps(),
+                r.pps
+            );
+        }
     }
     if let Some(path) = args.json {
-        let text = serde_json::to_string_pretty(&result)?;
+        let text = if results.len() == 1 {
+            serde_json::to_string_pretty(&results[0])?
+        } else {
+            serde_json::to_string_pretty(&results)?
+        };
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let lost: u64 = result
-        .runs
+    let lost: u64 = results
         .iter()
+        .flat_map(|r| &r.runs)
         .map(vmirq_netload::run::Report::lost)
         .sum();
     if lost > 0 {

@@ -34,7 +34,8 @@ pub(super) struct Common {
     /// Override a model key for every run: key=value (dotted keys, TOML values).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// Primitive costs measured by `vmirq kvm exits` (vmirq-costs-v1 JSON).
+    /// Primitive costs: measured by `vmirq kvm exits` (vmirq-costs-v1 JSON) or a host profile
+    /// that sets simulator costs by name (vmirq-sim-costs-v1, e.g. the this-host profile).
     #[arg(long)]
     costs: Option<PathBuf>,
     /// Write the JSON report here.

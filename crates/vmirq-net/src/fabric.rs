@@ -1,0 +1,600 @@
+//! The ports of one server and the frame path between them.
+//!
+//! Threading (see the crate docs): every port's frontend connection has its own
+//! vhost-user-backend daemon with one worker thread for both of its queues. A frame moves
+//! on the thread that takes it off the source's transmit queue: it holds the source's TX
+//! vring lock, copies the frame out of the source's memory and writes it into the
+//! destination's receive queue under the destination's RX vring lock. Lock order: at most
+//! one TX vring lock, then at most one RX vring lock; an [`Attached`] is cloned out of its
+//! slot's mutex before any vring lock is taken, so no thread ever waits for a slot while
+//! holding a vring.
+//!
+//! Backpressure instead of loss: when the destination's receive queue has no room, the
+//! source's transmit chain is put back, the source is marked in the destination's
+//! `blocked` set, and receive-queue notifications are enabled; the destination driver's next
+//! refill kick services the blocked transmit queues again. Floods (learning mode) are best
+//! effort: a destination without room drops its copy and counts it.
+
+use crate::counters::PortCounters;
+use crate::queues::{RxCtl, RxRing, TxCtl};
+use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
+use crate::switch::{Route, Switch};
+use crate::tx::{read_chain, TxError};
+use crate::virtio::{F_MRG_RXBUF, HDR_LEN};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use vhost_user_backend::{VringRwLock, VringT};
+use virtio_queue::{QueueOwnedT, QueueT};
+use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
+use vmirq_policy::moderation::{CompletionMeta, RequestKind};
+use vmirq_vhost::chain::DescTable;
+use vmirq_vhost::clock::now_ns;
+use vmirq_vhost::counters::QueueCounters;
+use vmirq_vhost::notify::{Completions, Submissions};
+use vmirq_vhost::poll::{has_work, PollStart};
+use vmirq_vhost::LiveRing;
+
+/// Guest memory as the vhost-user machinery shares it.
+pub use vmirq_vhost::GuestMem;
+/// A vring of this device.
+pub type Vring = VringRwLock<GuestMem>;
+
+/// Most ports of one server (the blocked sets are 64-bit masks).
+pub const PORTS_MAX: usize = 64;
+/// Transmit chains taken per batch before completions are published and signalled.
+const TX_BATCH: usize = 256;
+/// Looks at a full receive queue while its driver keeps adding buffers, before waiting.
+const ARM_ATTEMPTS: usize = 8;
+
+/// One port's live frontend connection: its vrings, memory and negotiated features.
+pub struct Attached {
+    /// Receive queue.
+    pub rx: Vring,
+    /// Transmit queue.
+    pub tx: Vring,
+    /// The frontend's memory.
+    pub mem: GuestMem,
+    /// Negotiated virtio features (set when the frontend acks them).
+    pub features: Arc<AtomicU64>,
+    /// The receive queue's moderation (locked after its vring).
+    pub rx_ctl: Arc<Mutex<RxCtl>>,
+    /// The transmit queue's moderation and kick waits (locked after its vring).
+    pub tx_ctl: Arc<Mutex<TxCtl>>,
+}
+
+impl Attached {
+    fn mrg_rxbuf(&self) -> bool {
+        self.features.load(Ordering::Acquire) & F_MRG_RXBUF != 0
+    }
+}
+
+/// One port.
+#[derive(Default)]
+pub struct Slot {
+    attached: Mutex<Option<Arc<Attached>>>,
+    /// Source ports waiting for room in this port's receive queue (bit per port).
+    blocked: AtomicU64,
+    /// This port's counters.
+    pub counters: Arc<PortCounters>,
+    /// Its receive queue's generic counters.
+    pub rx_queue: Arc<QueueCounters>,
+    /// Its transmit queue's generic counters.
+    pub tx_queue: Arc<QueueCounters>,
+}
+
+/// Every port and the switch between them.
+pub struct Fabric {
+    slots: Vec<Slot>,
+    switch: Switch,
+}
+
+impl Fabric {
+    /// A fabric of `switch.ports()` ports (at most [`PORTS_MAX`]).
+    #[must_use]
+    pub fn new(switch: Switch) -> Self {
+        let n = switch.ports().min(PORTS_MAX);
+        Self {
+            slots: (0..n).map(|_| Slot::default()).collect(),
+            switch,
+        }
+    }
+
+    /// Ports.
+    #[must_use]
+    pub fn ports(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Port `p`'s slot.
+    #[must_use]
+    pub fn slot(&self, p: usize) -> Option<&Slot> {
+        self.slots.get(p)
+    }
+
+    fn attached(&self, p: usize) -> Option<Arc<Attached>> {
+        self.slots
+            .get(p)?
+            .attached
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Port `p` has a frontend with these vrings.
+    pub fn attach(&self, p: usize, a: Attached) {
+        if let Some(s) = self.slots.get(p) {
+            *s.attached.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(a));
+        }
+    }
+
+    /// Port `p`'s frontend is gone: no frame is written into its rings from now on, its
+    /// learned addresses are forgotten, and sources blocked on it are serviced again (their
+    /// frames to it are now dropped).
+    pub fn detach(&self, p: usize) {
+        let Some(s) = self.slots.get(p) else {
+            return;
+        };
+        let old = s
+            .attached
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(old) = old {
+            // Waits for a delivery in progress on another thread (it holds the vring lock)
+            // and stops any later one that still holds the old `Attached`.
+            old.rx.set_queue_ready(false);
+            old.tx.set_queue_ready(false);
+            let q = u16::try_from(2 * p).unwrap_or(u16::MAX);
+            lock(&old.rx_ctl).notifier.clear(q);
+            lock(&old.tx_ctl).notifier.clear(q + 1);
+        }
+        self.switch.forget_port(p);
+        self.wake_blocked(p);
+    }
+
+    /// Port `p`'s receive queue was kicked (its driver added buffers): service the transmit
+    /// queues waiting for it.
+    pub fn on_rx_kick(&self, p: usize) {
+        self.wake_blocked(p);
+    }
+
+    fn wake_blocked(&self, p: usize) {
+        let Some(s) = self.slots.get(p) else {
+            return;
+        };
+        let mut mask = s.blocked.swap(0, Ordering::AcqRel);
+        while mask != 0 {
+            let src = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            self.service_tx(src);
+        }
+    }
+
+    /// Take every available frame off port `src`'s transmit queue and switch it, until the
+    /// queue is empty (kicks re-enabled, after the kick-wait policy's poll window if it has
+    /// one) or a destination has no room. Completions go through the queue's moderation.
+    pub fn service_tx(&self, src: usize) {
+        let Some(me) = self.attached(src) else {
+            return;
+        };
+        let mem = me.mem.memory();
+        let mut tx = me.tx.get_mut();
+        if !tx.get_queue().ready() || !tx.is_enabled() {
+            return;
+        }
+        let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ring = LiveRing {
+            state: &mut tx,
+            mem: &me.mem,
+        };
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut dests = Dests::default();
+            loop {
+                let end = self.tx_batch(src, &mut ring, &mut ctl, &mem, &mut dests, scratch);
+                self.flush_dests(&mut dests);
+                match end {
+                    BatchEnd::More => continue,
+                    BatchEnd::Stop => return,
+                    BatchEnd::Empty => {}
+                }
+                // Empty: re-enable kicks and look again (§2.7.10: the driver may have added
+                // buffers before it saw the notification flag or event index).
+                if ring.state.enable_notification().unwrap_or(false) {
+                    continue;
+                }
+                if ctl.notifier.resuming() || !self.kick_wait(src, &me, &mut ring, &mut ctl, &mem) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// One batch of at most [`TX_BATCH`] transmit chains.
+    fn tx_batch(
+        &self,
+        src: usize,
+        tx: &mut LiveRing<'_>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+        dests: &mut Dests,
+        scratch: &mut Scratch,
+    ) -> BatchEnd {
+        let c = &self.slots[src].counters;
+        let mut subs = Submissions::default();
+        let mut batch = ctl.notifier.completions();
+        let mut end = BatchEnd::More;
+        for _ in 0..TX_BATCH {
+            let q = tx.state.get_queue_mut();
+            let start = q.next_avail();
+            let chain = match q.iter(mem) {
+                Ok(mut it) => it.next(),
+                Err(e) => {
+                    tracing::warn!(port = src, error = %e, "transmit queue broken");
+                    PortCounters::add(&c.queue_broken, 1);
+                    end = BatchEnd::Stop;
+                    break;
+                }
+            };
+            let Some(chain) = chain else {
+                end = BatchEnd::Empty;
+                break;
+            };
+            let head = chain.head_index();
+            let table = DescTable {
+                addr: GuestAddress(q.desc_table()),
+                size: q.size(),
+                indirect: false,
+            };
+            let mut bytes = 0;
+            match read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame) {
+                Ok(()) => {
+                    let frame = &scratch.frame[HDR_LEN..];
+                    match self.switch_frame(src, frame, dests, &mut scratch.rx) {
+                        Sent::Done | Sent::Dropped => {
+                            bytes = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+                            PortCounters::add(&c.tx_frames, 1);
+                            PortCounters::add(&c.tx_bytes, u64::from(bytes));
+                        }
+                        Sent::Wait => {
+                            q.set_next_avail(start);
+                            PortCounters::add(&c.tx_backpressure, 1);
+                            end = BatchEnd::Stop;
+                            break;
+                        }
+                    }
+                }
+                Err(TxError::Header(_)) => PortCounters::add(&c.tx_bad_header, 1),
+                Err(e) => {
+                    tracing::debug!(port = src, error = %e, "transmit chain dropped");
+                    PortCounters::add(&c.tx_bad_chain, 1);
+                }
+            }
+            ctl.notifier.submitted(&mut subs);
+            if q.add_used(mem, head, 0).is_err() {
+                PortCounters::add(&c.queue_broken, 1);
+                end = BatchEnd::Stop;
+                break;
+            }
+            let meta = CompletionMeta::new(RequestKind::Write, bytes);
+            if ctl.notifier.completed(&mut batch, meta, tx, mem).is_err() {
+                end = BatchEnd::Stop;
+                break;
+            }
+        }
+        let done = ctl
+            .notifier
+            .submissions_done(&subs, tx, mem)
+            .and_then(|_| ctl.notifier.completions_done(batch, tx, mem))
+            .and_then(|last| ctl.notifier.follow(last));
+        if let Err(e) = done {
+            tracing::warn!(port = src, error = %e, "transmit notification failed");
+        }
+        end
+    }
+
+    /// The transmit queue is empty with kicks enabled: poll it for the wait policy's window
+    /// (kicks off meanwhile; hold timers of this port's queues delivered here, since its
+    /// worker is not in epoll). True when work arrived: drain again.
+    fn kick_wait(
+        &self,
+        src: usize,
+        me: &Attached,
+        tx: &mut LiveRing<'_>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+    ) -> bool {
+        let Ok(PollStart::Poll(mut w)) = ctl.poller.begin(tx, mem) else {
+            return false;
+        };
+        loop {
+            let now = now_ns();
+            if has_work(tx, mem).unwrap_or(false) {
+                ctl.poller.hit(now);
+                return true;
+            }
+            let _ = ctl.notifier.fire_due(now, tx, mem);
+            self.fire_rx_due(src, me, now);
+            if !ctl.poller.spin(&mut w, now, false) {
+                return ctl.poller.finish(tx, mem).unwrap_or(false);
+            }
+        }
+    }
+
+    /// Deliver port `p`'s receive hold timer if it is due (its worker is busy polling).
+    fn fire_rx_due(&self, p: usize, me: &Attached, now: u64) {
+        let mut rx = me.rx.get_mut();
+        let mem = me.mem.memory();
+        let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let RxCtl { notifier, window } = &mut *ctl;
+        if notifier.deadline().is_some_and(|d| now >= d) {
+            let mut ring = RxRing {
+                state: &mut rx,
+                window,
+            };
+            if let Err(e) = notifier.fire_due(now, &mut ring, &mem) {
+                tracing::warn!(port = p, error = %e, "receive notification failed");
+            }
+        }
+    }
+
+    /// Port `p`'s receive hold timer fired.
+    pub fn on_rx_timer(&self, p: usize) {
+        let Some(me) = self.attached(p) else {
+            return;
+        };
+        let mut rx = me.rx.get_mut();
+        let mem = me.mem.memory();
+        let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let RxCtl { notifier, window } = &mut *ctl;
+        if notifier.take_expiry() {
+            let mut ring = RxRing {
+                state: &mut rx,
+                window,
+            };
+            if let Err(e) = notifier.on_timer(&mut ring, &mem) {
+                tracing::warn!(port = p, error = %e, "receive notification failed");
+            }
+        }
+    }
+
+    /// Port `p`'s transmit hold timer fired (held completions, or a resume).
+    pub fn on_tx_timer(&self, p: usize) {
+        let Some(me) = self.attached(p) else {
+            return;
+        };
+        let resume = {
+            let mut tx = me.tx.get_mut();
+            let mem = me.mem.memory();
+            let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut ring = LiveRing {
+                state: &mut tx,
+                mem: &me.mem,
+            };
+            ctl.notifier.take_expiry() && ctl.notifier.on_timer(&mut ring, &mem).unwrap_or(false)
+        };
+        if resume {
+            self.service_tx(p);
+        }
+    }
+
+    /// Port `p`'s transmit queue was kicked.
+    pub fn on_tx_kick(&self, p: usize) {
+        if let Some(me) = self.attached(p) {
+            me.tx_ctl
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .poller
+                .on_kick();
+        }
+        self.service_tx(p);
+    }
+
+    /// Switch one frame from `src`.
+    fn switch_frame(&self, src: usize, frame: &[u8], dests: &mut Dests, s: &mut RxScratch) -> Sent {
+        let c = &self.slots[src].counters;
+        match self.switch.route(src, frame) {
+            Route::Drop => {
+                PortCounters::add(&c.tx_no_destination, 1);
+                Sent::Dropped
+            }
+            Route::Port(dst) => {
+                // Waiting for room: mark the source blocked before arming the refill kick,
+                // so that a refill after the arm finds the mark; look again while buffers
+                // arrive during the arm (bounded).
+                for attempt in 0..ARM_ATTEMPTS {
+                    match self.deliver_to(dst, frame, dests, s, attempt > 0) {
+                        Some(RxOutcome::Delivered(_)) => return Sent::Done,
+                        Some(RxOutcome::NoRoom) if attempt == 0 => {
+                            self.slots[dst].blocked.fetch_or(1 << src, Ordering::AcqRel);
+                        }
+                        Some(RxOutcome::NoRoom) => {}
+                        None => {
+                            PortCounters::add(&c.tx_no_destination, 1);
+                            return Sent::Dropped;
+                        }
+                        Some(_) => return Sent::Dropped,
+                    }
+                    if !self.arm(dst, dests) {
+                        return Sent::Wait;
+                    }
+                }
+                Sent::Wait
+            }
+            Route::Flood => {
+                let mut any = false;
+                for dst in (0..self.slots.len()).filter(|&d| d != src) {
+                    match self.deliver_to(dst, frame, dests, s, false) {
+                        Some(RxOutcome::Delivered(_)) => any = true,
+                        Some(RxOutcome::NoRoom) => {
+                            PortCounters::add(&self.slots[dst].counters.rx_no_room, 1);
+                        }
+                        _ => {}
+                    }
+                }
+                if any {
+                    Sent::Done
+                } else {
+                    PortCounters::add(&c.tx_no_destination, 1);
+                    Sent::Dropped
+                }
+            }
+        }
+    }
+
+    /// Write `frame` into port `dst`'s receive queue; `None` when it has no running queue.
+    fn deliver_to(
+        &self,
+        dst: usize,
+        frame: &[u8],
+        dests: &mut Dests,
+        rx_scratch: &mut RxScratch,
+        retry: bool,
+    ) -> Option<RxOutcome> {
+        let slot = self.slots.get(dst)?;
+        let a = dests.get(dst, || self.attached(dst))?;
+        let c = &slot.counters;
+        let mem = a.mem.memory();
+        let mut rx = a.rx.get_mut();
+        if !rx.get_queue().ready() || !rx.is_enabled() {
+            return None;
+        }
+        let mrg = a.mrg_rxbuf();
+        let out = deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch);
+        match out {
+            RxOutcome::Delivered(n) => {
+                PortCounters::add(&c.rx_frames, 1);
+                PortCounters::add(&c.rx_bytes, frame.len() as u64);
+                PortCounters::add(&c.rx_buffers, u64::from(n));
+                let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+                let RxCtl { notifier, window } = &mut *ctl;
+                let batch = dests.batch(dst, || notifier.completions());
+                let meta = CompletionMeta::new(
+                    RequestKind::Read,
+                    u32::try_from(frame.len()).unwrap_or(u32::MAX),
+                );
+                let mut ring = RxRing {
+                    state: &mut rx,
+                    window,
+                };
+                if let Err(e) = notifier.completed(batch, meta, &mut ring, &mem) {
+                    tracing::warn!(port = dst, error = %e, "receive notification failed");
+                }
+            }
+            RxOutcome::NoRoom => {
+                if retry {
+                    tracing::trace!(port = dst, "still no room");
+                }
+            }
+            RxOutcome::TooBig => PortCounters::add(&c.rx_too_big, 1),
+            RxOutcome::BadChain => {
+                // The chains went back unused; the driver learns of them with the next
+                // notification (not worth one of its own).
+                PortCounters::add(&c.rx_bad_chain, 1);
+            }
+            RxOutcome::Broken => {
+                tracing::warn!(port = dst, "receive queue broken");
+                PortCounters::add(&c.queue_broken, 1);
+                drop(rx);
+                a.rx.set_queue_ready(false);
+            }
+        }
+        Some(out)
+    }
+
+    /// Arm port `dst`'s refill kick; true when buffers arrived meanwhile.
+    fn arm(&self, dst: usize, dests: &mut Dests) -> bool {
+        let Some(a) = dests.get(dst, || self.attached(dst)) else {
+            return false;
+        };
+        let rx = a.rx.get_mut();
+        let mem = a.mem.memory();
+        arm_refill_kick(rx.get_queue(), &*mem).unwrap_or(false)
+    }
+
+    /// End every destination's batch of receive completions (deferred notifications, hold
+    /// timer following the policy's last decision).
+    fn flush_dests(&self, dests: &mut Dests) {
+        for dst in 0..dests.batches.len() {
+            let Some(batch) = dests.batches[dst].take() else {
+                continue;
+            };
+            let Some(a) = dests.get(dst, || self.attached(dst)) else {
+                continue;
+            };
+            let mut rx = a.rx.get_mut();
+            let mem = a.mem.memory();
+            let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            let RxCtl { notifier, window } = &mut *ctl;
+            let mut ring = RxRing {
+                state: &mut rx,
+                window,
+            };
+            let done = notifier
+                .completions_done(batch, &mut ring, &mem)
+                .and_then(|last| notifier.follow(last));
+            if let Err(e) = done {
+                tracing::warn!(port = dst, error = %e, "receive notification failed");
+            }
+        }
+    }
+}
+
+/// How a batch of transmit chains ended.
+enum BatchEnd {
+    /// The batch limit: take the next batch.
+    More,
+    /// The queue is empty.
+    Empty,
+    /// A destination has no room, or the queue broke: stop until woken.
+    Stop,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+enum Sent {
+    Done,
+    Dropped,
+    Wait,
+}
+
+/// Destinations looked up during one [`Fabric::service_tx`] call, and which of them got
+/// receive completions are in an open batch.
+#[derive(Default)]
+struct Dests {
+    cache: Vec<Option<Option<Arc<Attached>>>>,
+    /// The open batch of receive completions of each destination.
+    batches: Vec<Option<Completions>>,
+}
+
+impl Dests {
+    fn get(
+        &mut self,
+        p: usize,
+        load: impl FnOnce() -> Option<Arc<Attached>>,
+    ) -> Option<Arc<Attached>> {
+        if self.cache.len() <= p {
+            self.cache.resize(p + 1, None);
+        }
+        self.cache[p].get_or_insert_with(load).clone()
+    }
+
+    fn batch(&mut self, p: usize, open: impl FnOnce() -> Completions) -> &mut Completions {
+        if self.batches.len() <= p {
+            self.batches.resize_with(p + 1, || None);
+        }
+        self.batches[p].get_or_insert_with(open)
+    }
+}
+
+#[derive(Default)]
+struct Scratch {
+    descs: Vec<virtio_queue::desc::split::Descriptor>,
+    frame: Vec<u8>,
+    rx: RxScratch,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}

@@ -1,0 +1,329 @@
+//! The server: one vhost-user socket per port, each served by its own thread that accepts
+//! one frontend at a time. Each connection gets a fresh device (backend, daemon, worker
+//! thread) behind vmirq-vhost's message guard (every vhost-user message checked before
+//! rust-vmm's handler sees it); when the frontend goes away the port is detached from the
+//! fabric, the device is torn down (worker joined, fds closed, guest memory unmapped) and
+//! the next frontend is accepted on the same socket. Counters live in the fabric and
+//! survive reconnects.
+
+use crate::backend::{NetBackend, ATTACH_EVENT, RX_TIMER_EVENT, TX_TIMER_EVENT};
+use crate::counters::PortSnapshot;
+use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
+use crate::queues::Policies;
+use crate::switch::{Switch, SwitchMode};
+use crate::virtio::{default_mac, Mac, NetConfig, QUEUES, S_LINK_UP};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use vhost::vhost_user::Listener;
+use vhost_user_backend::ShutdownHandle;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+use vmirq_vhost::counters::{CounterSet, QueueSnapshot};
+use vmirq_vhost::daemon::{readable, Connection, GuardedDaemon};
+use vmirq_vhost::guard::rules::Limits;
+use vmm_sys_util::epoll::EventSet;
+
+/// How often an accept loop checks for a stop request, in milliseconds.
+const ACCEPT_POLL_MS: i32 = 100;
+
+/// Server errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration cannot work.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A socket could not be created.
+    #[error("cannot listen on {path}")]
+    Listen {
+        /// The socket.
+        path: PathBuf,
+        /// What vhost reported.
+        #[source]
+        source: vhost::vhost_user::Error,
+    },
+    /// The vhost-user daemon failed.
+    #[error("vhost-user device: {0}")]
+    Daemon(String),
+    /// A system call failed.
+    #[error("system call failed")]
+    Io(#[from] io::Error),
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, ServerError>;
+
+/// What to serve.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// One vhost-user socket per port, in port order.
+    pub sockets: Vec<PathBuf>,
+    /// MAC of each port (missing ones get [`default_mac`]).
+    pub macs: Vec<Mac>,
+    /// Switching mode.
+    pub switch: SwitchMode,
+    /// Largest queue size a frontend may choose.
+    pub queue_size: u16,
+    /// Moderation and kick-wait policies of every queue.
+    pub policies: Policies,
+}
+
+impl ServerConfig {
+    /// Two or more ports with default MACs, fixed pairs, queues up to 1024.
+    #[must_use]
+    pub fn new(sockets: Vec<PathBuf>) -> Self {
+        Self {
+            sockets,
+            macs: Vec::new(),
+            switch: SwitchMode::Pairs,
+            queue_size: 1024,
+            policies: Policies::default(),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let n = self.sockets.len();
+        if !(2..=PORTS_MAX).contains(&n) {
+            return Err(ServerError::Config(format!(
+                "{n} sockets; a switch needs 2 to {PORTS_MAX}"
+            )));
+        }
+        if !self.queue_size.is_power_of_two() || self.queue_size > 32768 {
+            return Err(ServerError::Config(
+                "queue size must be a power of two up to 32768".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A handle to stop a running server and read its counters.
+#[derive(Clone)]
+pub struct ServerHandle {
+    stop: Arc<AtomicBool>,
+    current: Arc<Vec<Mutex<Option<ShutdownHandle>>>>,
+    fabric: Arc<Fabric>,
+    serving: Arc<Vec<AtomicBool>>,
+    connections: Arc<AtomicU64>,
+}
+
+impl ServerHandle {
+    /// Stop: every connection is closed and [`Server::run`] returns.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        for c in self.current.iter() {
+            if let Some(h) = c.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+                h.shutdown();
+            }
+        }
+    }
+
+    /// Counters of every port.
+    #[must_use]
+    pub fn counters(&self) -> Vec<PortSnapshot> {
+        (0..self.fabric.ports())
+            .filter_map(|p| self.fabric.slot(p).map(|s| s.counters.snapshot()))
+            .collect()
+    }
+
+    /// The generic counters of port `p`'s receive and transmit queues.
+    #[must_use]
+    pub fn queue_counters(&self, p: usize) -> Option<(QueueSnapshot, QueueSnapshot)> {
+        let s = self.fabric.slot(p)?;
+        Some((s.rx_queue.snapshot(), s.tx_queue.snapshot()))
+    }
+
+    /// Whether port `p` has a frontend right now (false again only after its connection
+    /// is fully torn down).
+    #[must_use]
+    pub fn serving(&self, p: usize) -> bool {
+        self.serving
+            .get(p)
+            .is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    /// Frontend connections accepted so far, all ports.
+    #[must_use]
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// The vhost-user-net switch.
+pub struct Server {
+    config: ServerConfig,
+    handle: ServerHandle,
+    listeners: Vec<Listener>,
+}
+
+impl Server {
+    /// Check the configuration and create every socket.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] or [`ServerError::Listen`].
+    pub fn new(config: ServerConfig) -> Result<Self> {
+        config.check()?;
+        let n = config.sockets.len();
+        let listeners = config
+            .sockets
+            .iter()
+            .map(|path| {
+                Listener::new(path, true).map_err(|source| ServerError::Listen {
+                    path: path.clone(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let fabric = Arc::new(Fabric::new(Switch::new(config.switch, n)));
+        let handle = ServerHandle {
+            stop: Arc::new(AtomicBool::new(false)),
+            current: Arc::new((0..n).map(|_| Mutex::new(None)).collect()),
+            fabric,
+            serving: Arc::new((0..n).map(|_| AtomicBool::new(false)).collect()),
+            connections: Arc::new(AtomicU64::new(0)),
+        };
+        Ok(Self {
+            config,
+            handle,
+            listeners,
+        })
+    }
+
+    /// A handle for stopping the server and reading counters.
+    #[must_use]
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// Serve every port until stopped.
+    ///
+    /// # Errors
+    /// The first port whose device cannot be set up (the others are stopped).
+    pub fn run(self) -> Result<()> {
+        let Self {
+            config,
+            handle,
+            listeners,
+        } = self;
+        tracing::info!(ports = listeners.len(), switch = ?config.switch, "serving");
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = listeners
+                .into_iter()
+                .enumerate()
+                .map(|(port, listener)| {
+                    let h = handle.clone();
+                    let cfg = &config;
+                    std::thread::Builder::new()
+                        .name(format!("vmirq-net-port{port}"))
+                        .spawn_scoped(scope, move || {
+                            let r = serve_port(cfg, &h, port, listener);
+                            if r.is_err() {
+                                h.stop();
+                            }
+                            r
+                        })
+                })
+                .collect::<io::Result<Vec<_>>>()?;
+            Ok::<_, ServerError>(
+                threads
+                    .into_iter()
+                    .map(|t| {
+                        t.join().unwrap_or_else(|_| {
+                            Err(ServerError::Daemon("port thread panicked".into()))
+                        })
+                    })
+                    .collect(),
+            )
+        })?;
+        results.into_iter().collect()
+    }
+}
+
+fn serve_port(cfg: &ServerConfig, h: &ServerHandle, port: usize, listener: Listener) -> Result<()> {
+    let mac = cfg
+        .macs
+        .get(port)
+        .copied()
+        .unwrap_or_else(|| default_mac(port));
+    while !h.stop.load(Ordering::Acquire) {
+        if !readable(listener.as_raw_fd(), ACCEPT_POLL_MS)? {
+            continue;
+        }
+        let frontend = listener.accept().map_err(|source| ServerError::Listen {
+            path: cfg.sockets[port].clone(),
+            source,
+        })?;
+        if let Some(frontend) = frontend {
+            serve_connection(cfg, h, port, mac, frontend)?;
+        }
+    }
+    Ok(())
+}
+
+/// Serve one frontend of `port` until it disconnects or the server stops. Every message
+/// passes vmirq-vhost's guard before vhost-user-backend's handler sees it.
+fn serve_connection(
+    cfg: &ServerConfig,
+    h: &ServerHandle,
+    port: usize,
+    mac: Mac,
+    frontend: UnixStream,
+) -> Result<()> {
+    let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    let config = NetConfig {
+        mac,
+        status: S_LINK_UP,
+    };
+    let backend = Arc::new(NetBackend::new(
+        port,
+        Arc::clone(&h.fabric),
+        config,
+        cfg.queue_size,
+        mem.clone(),
+        &cfg.policies,
+    )?);
+    let (rx_timer, tx_timer) = backend.timer_fds();
+    let attach = backend.attach_fd();
+    let connection = Connection {
+        name: "vmirq-net",
+        backend: Arc::clone(&backend),
+        mem,
+        limits: Limits {
+            queues: u16::try_from(QUEUES).unwrap_or(u16::MAX),
+            max_queue_size: cfg.queue_size,
+        },
+        inflight: None,
+    };
+    let mut conn = GuardedDaemon::start(frontend, connection, |daemon| {
+        for handler in daemon.get_epoll_handlers() {
+            handler.register_listener(attach, EventSet::IN, ATTACH_EVENT)?;
+            handler.register_listener(rx_timer, EventSet::IN, RX_TIMER_EVENT)?;
+            handler.register_listener(tx_timer, EventSet::IN, TX_TIMER_EVENT)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| ServerError::Daemon(e.to_string()))?;
+    backend.attach()?;
+    if let Some(slot) = h.fabric.slot(port) {
+        slot.counters.connections.fetch_add(1, Ordering::Relaxed);
+    }
+    h.connections.fetch_add(1, Ordering::Relaxed);
+    h.serving[port].store(true, Ordering::Release);
+    *h.current[port]
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = conn.shutdown_handle();
+    if h.stop.load(Ordering::Acquire) {
+        conn.request_shutdown();
+    }
+    tracing::info!(port, "frontend connected");
+    conn.wait();
+    *h.current[port]
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = None;
+    h.fabric.detach(port);
+    conn.finish();
+    h.serving[port].store(false, Ordering::Release);
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! The server under test in a thread of the test process, on sockets in a temp dir, stopped
+//! and joined (bounded) when dropped.
+
+#![allow(dead_code)]
+
+pub mod raw;
+
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vmirq_net::server::{Server, ServerConfig, ServerHandle};
+
+pub struct Running {
+    pub handle: ServerHandle,
+    pub sockets: Vec<PathBuf>,
+    thread: Option<JoinHandle<vmirq_net::server::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn start(ports: usize, tweak: impl FnOnce(&mut ServerConfig)) -> Running {
+    let dir = tempfile::Builder::new()
+        .prefix("vmirq-net-")
+        .tempdir()
+        .expect("temp dir");
+    let sockets: Vec<PathBuf> = (0..ports)
+        .map(|i| dir.path().join(format!("port{i}.sock")))
+        .collect();
+    let mut cfg = ServerConfig::new(sockets.clone());
+    tweak(&mut cfg);
+    let server = Server::new(cfg).expect("server starts");
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    Running {
+        handle,
+        sockets,
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+impl Running {
+    /// Wait (bounded) until port `p` has no frontend.
+    pub fn wait_idle(&self, p: usize) {
+        let t = Instant::now();
+        while self.handle.serving(p) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "port {p} never went idle"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn stop(mut self) {
+        self.handle.stop();
+        let t = self.thread.take().expect("running");
+        let start = Instant::now();
+        while !t.is_finished() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        t.join()
+            .expect("server thread")
+            .expect("server ran cleanly");
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.handle.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The `this-host` scenarios (issue 16): the irqfd wake path composes exactly the primitives
+//! the profile sets, and the profile file is the one the prediction was made with.
+
+#[allow(dead_code, reason = "this file uses only part of the shared helpers")]
+mod common;
+use common::{run_scenario, value};
+
+const PROFILE: &str = "this-host/profile-2026-11-25.json";
+
+/// `--costs` of the committed profile as `--set` strings.
+fn profile_sets() -> Vec<String> {
+    let path = format!("{}/{PROFILE}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).expect("profile readable");
+    let (set, ignored) = vmirq_sim::costs::file_overrides(&text).expect("valid profile");
+    assert!(ignored.is_empty());
+    set.iter().map(|(k, v)| format!("costs.{k}={v}")).collect()
+}
+
+fn cost(sets: &[String], key: &str) -> f64 {
+    let p = format!("costs.{key}=");
+    sets.iter()
+        .find_map(|s| s.strip_prefix(&p))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("profile sets no {key}"))
+}
+
+#[test]
+fn irqfd_wake_is_the_sum_of_the_primitives_on_its_path() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=40000".into());
+    sets.push("warmup_us=4000".into());
+    let refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let r = run_scenario("this_host_wake", &refs);
+    let entry = cost(&sets, "vm_entry_ns") + cost(&sets, "guest_irq_entry_ns");
+    let slept = cost(&sets, "kick_ns") + cost(&sets, "sched_wakeup_ns") + entry;
+    // Sleeping: kick, scheduler wakeup, VM entry, IDT entry; no other cost on the path.
+    assert_eq!(value(&r, "irqfd-100-off", "wakeup_ns.p50"), slept);
+    let off = &r.runs["irqfd-100-off"].values;
+    assert!(
+        !off.contains_key("host_poll_hits"),
+        "no halt polling configured"
+    );
+    // Polled: VM entry and IDT entry only, and KVM's window catches every 100 us halt.
+    assert_eq!(value(&r, "irqfd-100-poll200", "wakeup_ns.p50"), entry);
+    let halts = value(&r, "irqfd-100-poll200", "halts");
+    assert!(halts > 100.0);
+    assert_eq!(value(&r, "irqfd-100-poll200", "host_poll_hits"), halts);
+    // The IPI path adds the sender's ICR write.
+    assert_eq!(
+        value(&r, "ipi-100-off", "wakeup_ns.p50"),
+        slept + cost(&sets, "wrmsr_exit_ns")
+    );
+}
+
+#[test]
+fn every_this_host_scenario_runs_with_its_profile() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=20000".into());
+    sets.push("warmup_us=2000".into());
+    let refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    // Same core: the sender is runnable on the pCPU, so KVM never polls.
+    let same = run_scenario("this_host_wake_same", &refs);
+    assert!(value(&same, "ipi-100-poll200", "halts") > 10.0);
+    assert!(!same.runs["ipi-100-poll200"]
+        .values
+        .contains_key("host_poll_hits"));
+    let v2 = run_scenario("this_host_wake_v2", &refs);
+    assert!(value(&v2, "irqfd-300-off", "wakeup_ns.p50") > 0.0);
+    // Device: moderation by count sends fewer notifications per completion than none.
+    let dev = run_scenario("this_host_device", &refs);
+    let per = |run: &str| value(&dev, run, "notifications") / value(&dev, run, "ios_completed");
+    assert!(per("none") > 0.9, "none notifies every completion");
+    assert!(per("count") < 0.5 * per("none"));
+}

@@ -1,0 +1,113 @@
+//! `vmirq serve-net`: run the vhost-user-net switch (library `vmirq-net`) on two or more
+//! unix sockets, one per port.
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vmirq_net::queues::Policies;
+use vmirq_net::server::{Server, ServerConfig, ServerHandle};
+use vmirq_net::switch::SwitchMode;
+use vmirq_net::virtio::Mac;
+use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
+
+/// Options of `vmirq serve-net`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// vhost-user unix socket of a port (repeat, in port order: two or more; an old file at
+    /// the path is replaced).
+    #[arg(long = "socket", value_name = "PATH", required = true, num_args = 1)]
+    sockets: Vec<PathBuf>,
+    /// MAC address of a port's device (repeat, in port order; default 52:54:00:76:6e:NN).
+    #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
+    macs: Vec<Mac>,
+    /// How frames are switched: `pairs` (port 0 <-> 1, 2 <-> 3, ...) or `learn` (MAC
+    /// learning, unknown destinations flooded).
+    #[arg(long = "switch", default_value = "pairs", value_parser = parse_switch)]
+    switch: SwitchMode,
+    /// Largest entries per queue a frontend may choose (power of two).
+    #[arg(long, default_value_t = 1024)]
+    queue_size: u16,
+    /// Moderation of every receive queue's interrupts and transmit queue's completions, as
+    /// in `vmirq serve`: `none`, `count:usecs=U,frames=F`, `dim`, `budget:us=B`, ...
+    #[arg(long, default_value = "none", value_name = "SPEC")]
+    moderation: ModerationSpec,
+    /// Kick wait policy of every transmit queue, as in `vmirq serve`: `never`, `kvm`,
+    /// `fixed:ns=N`, `histogram`, ...
+    #[arg(long, default_value = "never", value_name = "SPEC")]
+    poll: WaitSpec,
+    /// When kick polling stops for a neighbour: `stop`, `stop:wait_pct=P`, or `off`.
+    #[arg(long, default_value_t = ContentionSpec::default(), value_name = "SPEC")]
+    poll_contention: ContentionSpec,
+}
+
+fn parse_switch(s: &str) -> Result<SwitchMode, String> {
+    s.parse()
+}
+
+fn parse_mac(s: &str) -> Result<Mac, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("{s:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"));
+    }
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?}: bad byte {p:?}"))?;
+    }
+    Ok(mac)
+}
+
+/// Serve until SIGINT/SIGTERM; print every port's counters at the end (and on SIGUSR1).
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut cfg = ServerConfig::new(args.sockets);
+    cfg.macs = args.macs;
+    cfg.switch = args.switch;
+    cfg.queue_size = args.queue_size;
+    cfg.policies = Policies {
+        moderation: args.moderation,
+        poll: args.poll,
+        contention: args.poll_contention,
+    };
+    let server = Server::new(cfg).context("starting the switch")?;
+    let handle = server.handle();
+    let (report, stop) = (handle.clone(), handle.clone());
+    vmirq_vhost::signals::install(move || eprint!("{}", summary(&report)), move || stop.stop())
+        .context("installing signal handlers")?;
+    let result = server.run();
+    eprint!("{}", summary(&handle));
+    result.context("serving")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line per port: its switch counters, then its queues' generic counters.
+fn summary(handle: &ServerHandle) -> String {
+    let mut out = String::new();
+    for (p, c) in handle.counters().iter().enumerate() {
+        let pairs: Vec<String> = c
+            .pairs()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.push_str(&format!("port {p}: {}\n", pairs.join(" ")));
+        if let Some((rx, tx)) = handle.queue_counters(p) {
+            out.push_str(&vmirq_vhost::counters::summary(&[rx, tx]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse() {
+        assert_eq!(
+            parse_mac("52:54:00:aa:bb:0c"),
+            Ok([0x52, 0x54, 0, 0xaa, 0xbb, 0x0c])
+        );
+        assert!(parse_mac("52:54:00:aa:bb").is_err());
+        assert!(parse_mac("52:54:00:aa:bb:zz").is_err());
+    }
+}
