@@ -142,10 +142,10 @@ fn dim_loop_wakes_every_period_and_moderates_a_stream() {
         std::io::stderr(),
         "dim-loop: {wakeups} wakeups in {elapsed_ms} ms (expected ~{expected}); {rx1:?}"
     );
-    // One wakeup per 10 ms while the port runs (the first traffic arms the loop, so the
-    // warm-up's start and the last period may be missing); never more than the periods.
+    // One wakeup per 10 ms while the port runs (the last period may still be due; the loop
+    // started when the port connected, a few ms before `t0`).
     assert!(
-        wakeups * 10 >= expected * 7 && wakeups <= expected + 1,
+        wakeups * 10 >= expected * 7 && wakeups <= expected + 5,
         "{wakeups} wakeups in {elapsed_ms} ms"
     );
     // The loop's wakeups are real timer expiries on the queue's worker.
