@@ -93,18 +93,31 @@ fn dim_lat_signals_short_exchanges_at_once_and_holds_bulk() {
     assert!(t.transactions >= 10, "too few: {}", rr.summary());
     assert_eq!(t.unexpected, 0);
     // Every response and request is a one-packet burst of a small packet: it bypasses the
-    // moderation and interrupts as often as without moderation (the client's NAPI-like
-    // loop sometimes reaps a packet without an interrupt, so `none` is below 1 too).
+    // moderation, so the switch decides to notify for each one (signalled, or suppressed by
+    // the client's EVENT_IDX while it is still busy) and holds none.
     let lat_held = held_share(&server);
+    let (mut decided, mut frames) = (0, 0);
+    for p in 0..2 {
+        let (rx, _) = server.handle.queue_counters(p).expect("port");
+        decided += rx.notifications + rx.suppressed;
+        frames += server.handle.counters()[p].rx_frames;
+    }
     let _ = writeln!(
         std::io::stderr(),
-        "rr held share: dim {dim_held:.3} dim-lat {lat_held:.3}; interrupts/pkt none {none_ipp:.3} dim-lat {:.3}",
+        "rr held share: dim {dim_held:.3} dim-lat {lat_held:.3}; dim-lat notify decisions \
+         {decided} for {frames} frames; interrupts/pkt none {none_ipp:.3} dim-lat {:.3}",
         rr.interrupts_per_packet
     );
     assert!(dim_held > 0.5, "dim did not hold rr: {dim_held}");
     assert!(lat_held < 0.1, "dim-lat held rr: {lat_held}");
     assert!(
-        rr.interrupts_per_packet >= 0.8 * none_ipp && rr.interrupts_per_packet >= 0.5,
+        decided * 10 >= frames * 9,
+        "{decided} notify decisions, {frames} frames"
+    );
+    // The client's interrupts per packet are as without moderation (it sometimes reaps a
+    // packet while awake for another, so neither is exactly 1; the ratio is noisy).
+    assert!(
+        rr.interrupts_per_packet >= 0.6 * none_ipp && rr.interrupts_per_packet >= 0.5,
         "rr not signalled at once: dim-lat {} none {none_ipp}",
         rr.interrupts_per_packet
     );
