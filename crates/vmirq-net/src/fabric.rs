@@ -15,6 +15,7 @@
 //! refill kick services the blocked transmit queues again. Floods (learning mode) are best
 //! effort: a destination without room drops its copy and counts it.
 
+use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
@@ -468,10 +469,9 @@ impl Fabric {
                 let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
                 let RxCtl { notifier, window } = &mut *ctl;
                 let batch = dests.batch(dst, || notifier.completions());
-                let meta = CompletionMeta::new(
-                    RequestKind::Read,
-                    u32::try_from(frame.len()).unwrap_or(u32::MAX),
-                );
+                // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
+                // burst heuristics decide on; the other policies use only the bytes.
+                let meta = classify(frame).completion_meta();
                 let mut ring = RxRing {
                     state: &mut rx,
                     window,

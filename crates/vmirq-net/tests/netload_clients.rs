@@ -173,8 +173,12 @@ fn a_count_policy_holds_receive_interrupts_until_its_timer() {
     assert_clean(&r);
     let t = r.rr.expect("rr report");
     assert!(t.transactions >= 10, "{}", r.summary());
-    // Request and response are each held 500 µs.
-    assert!(t.rtt.p50_ns >= 900_000, "{}", r.summary());
+    // Request and response are each held 500 µs, but holding delays only the interrupt:
+    // the used ring already has the frame, and the client's one thread, awake for one port,
+    // also reaps the other port's ring before it sleeps (NAPI-like), so one of the two
+    // holds is often cut short (p50 ~700 µs on the loaded machine). A transaction still
+    // needs at least one interrupt, which waits for the timer.
+    assert!(t.rtt.p50_ns >= 450_000, "{}", r.summary());
     for p in 0..2 {
         let (rx, _) = server.handle.queue_counters(p).expect("port");
         assert!(rx.held > 0 && rx.timer_fires > 0, "port {p}: {rx:?}");

@@ -85,6 +85,10 @@ counter_set! {
         held,
         /// Hold timer expiries.
         timer_fires,
+        /// Wakeups of a periodic control loop inside the policy (`dim-loop`: one per
+        /// `period_ms`, delivered by the hold timer, so also counted in `timer_fires` when
+        /// the timer fired for them); 0 for the other policies.
+        loop_wakeups,
         /// Kick waits that ended while polling (new requests found without a kick).
         poll_hits,
         /// Kick waits where polling found nothing and the worker went to sleep.

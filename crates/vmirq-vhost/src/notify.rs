@@ -10,6 +10,11 @@
 //! ones are folded into one check at the end of the batch, which covers every completion
 //! added since (EVENT_IDX looks at the whole range).
 //!
+//! A policy with a periodic control loop (`dim-loop`, [`Moderation::control_loop`]) also gets
+//! the timer when nothing is held: instead of being cancelled it is armed at the loop's next
+//! wakeup, so the loop wakes the queue's worker every period whatever the traffic (the
+//! talk's hypervisor-side loop), and its wakeups are counted in `loop_wakeups`.
+//!
 //! The hold timer doubles as the "resume" timer: a device that stops after a bounded amount
 //! of work arms it at once ([`QueueNotifier::resume_later`]) to come back through its event
 //! loop; while a resume is pending, decisions do not touch the timer.
@@ -57,6 +62,8 @@ pub struct QueueNotifier {
     /// The device stopped early and must be resumed by its (immediately armed) timer.
     resume: bool,
     counters: SharedQueueCounters,
+    /// The policy's control-loop wakeups already added to `loop_wakeups`.
+    loop_seen: u64,
 }
 
 impl std::fmt::Debug for QueueNotifier {
@@ -74,14 +81,34 @@ impl QueueNotifier {
     ///
     /// # Errors
     /// When the hold timer cannot be created.
-    pub fn new(policy: Moderation, counters: SharedQueueCounters) -> io::Result<Self> {
+    pub fn new(mut policy: Moderation, counters: SharedQueueCounters) -> io::Result<Self> {
+        policy.start_at(now_ns());
         Ok(Self {
             policy,
             fresh: policy,
             timer: HoldTimer::new()?,
             resume: false,
             counters,
+            loop_seen: 0,
         })
+    }
+
+    /// The policy in force (read-only: its knob, its control loop).
+    #[must_use]
+    pub fn policy(&self) -> &Moderation {
+        &self.policy
+    }
+
+    /// Add the policy's new control-loop wakeups to `loop_wakeups`.
+    fn count_loop_wakeups(&mut self) {
+        let Some(w) = self.policy.control_loop().map(|l| l.wakeups()) else {
+            return;
+        };
+        let new = w.saturating_sub(self.loop_seen);
+        self.loop_seen = w;
+        if new > 0 {
+            QueueCounters::add(&self.c().loop_wakeups, new);
+        }
     }
 
     fn c(&self) -> &QueueCounters {
@@ -108,14 +135,20 @@ impl QueueNotifier {
 
     /// Replace the policy (e.g. the guest set new coalescing parameters); it also becomes
     /// the policy restored by [`QueueNotifier::restore_policy`].
-    pub fn set_policy(&mut self, policy: Moderation) {
+    pub fn set_policy(&mut self, mut policy: Moderation) {
+        self.count_loop_wakeups();
+        policy.start_at(now_ns());
         self.policy = policy;
         self.fresh = policy;
+        self.loop_seen = 0;
     }
 
     /// Go back to the policy as built (its requests in flight were dropped).
     pub fn restore_policy(&mut self) {
+        self.count_loop_wakeups();
         self.policy = self.fresh;
+        self.policy.start_at(now_ns());
+        self.loop_seen = 0;
     }
 
     /// Whether a resume is pending (the device should stop working and return to its
@@ -223,17 +256,20 @@ impl QueueNotifier {
         Ok(batch.last)
     }
 
-    /// The hold timer follows the policy's last decision: armed for `Hold`, cancelled
-    /// otherwise (untouched while a resume is pending).
+    /// The hold timer follows the policy's last decision: armed for `Hold`, otherwise armed
+    /// at the policy's next control-loop wakeup if it has a loop, else cancelled (untouched
+    /// while a resume is pending).
     ///
     /// # Errors
     /// When the timer cannot be set.
     pub fn follow(&mut self, last: Decision) -> Result<()> {
-        match last {
-            Decision::Hold { deadline } if !self.resume => self.timer.arm(deadline)?,
-            Decision::Hold { .. } => {}
-            Decision::Notify | Decision::Idle if !self.resume => self.timer.cancel()?,
-            Decision::Notify | Decision::Idle => {}
+        self.count_loop_wakeups();
+        let wakeup = self.policy.control_loop().map(|l| l.next_wakeup());
+        match (last, wakeup) {
+            _ if self.resume => {}
+            (Decision::Hold { deadline }, _) => self.timer.arm(deadline)?,
+            (Decision::Notify | Decision::Idle, Some(at)) => self.timer.arm(at)?,
+            (Decision::Notify | Decision::Idle, None) => self.timer.cancel()?,
         }
         Ok(())
     }

@@ -252,3 +252,39 @@ fn a_poll_window_finds_published_work_and_an_empty_one_ends_in_a_miss() {
     assert!(!p.finish(&mut g.ring, &g.mem).expect("finish"));
     assert_eq!(snap(&c).poll_misses, 1);
 }
+
+#[test]
+fn a_control_loop_keeps_the_timer_armed_at_its_period_and_counts_its_wakeups() {
+    let (mut n, c) = notifier("dim-loop:period_ms=10");
+    let first = n
+        .policy()
+        .control_loop()
+        .expect("dim-loop has a loop")
+        .next_wakeup();
+    // The loop starts when the notifier is built, not at the clock's 0 (the uptime).
+    assert!(first > now_ns() && first <= now_ns() + 10_000_000);
+    let mut g = MockGuest::new(16, false);
+    let last = complete_batch(&mut n, &mut g, 1);
+    n.follow(last).expect("arm");
+    assert_eq!(snap(&c).loop_wakeups, 0);
+    // Held or not, the timer is armed no later than the loop's next wakeup.
+    let deadline = n.deadline().expect("armed for the loop");
+    assert!(deadline <= first, "{deadline} > {first}");
+    // Deliver the timer at each wakeup: every one is counted, and the timer is re-armed
+    // one period later even with nothing held.
+    let mut at = first;
+    for k in 1..=3u64 {
+        n.fire_due(at, &mut g.ring, &g.mem).expect("due");
+        assert_eq!(n.held(), 0);
+        assert_eq!(snap(&c).loop_wakeups, k);
+        let next = n.deadline().expect("re-armed with nothing held");
+        assert_eq!(next, at + 10_000_000);
+        at = next;
+    }
+    assert!(snap(&c).timer_fires >= 3);
+    // A policy without a loop cancels the timer when nothing is held.
+    let (mut plain, pc) = notifier("count:usecs=200,frames=1");
+    let last = complete_batch(&mut plain, &mut g, 1);
+    plain.follow(last).expect("cancel");
+    assert_eq!((plain.deadline(), snap(&pc).loop_wakeups), (None, 0));
+}

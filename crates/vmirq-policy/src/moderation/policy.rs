@@ -2,7 +2,8 @@
 //! (no allocation, no trait objects) and dispatch with a match.
 
 use super::{
-    Budget, Decision, Dim, DimLoopQueue, Event, IpiGap, Knob, Moderator, NoModeration, Spdk, Vic,
+    Budget, Decision, Dim, DimLoop, DimLoopQueue, Event, IpiGap, Knob, Moderator, NoModeration,
+    Spdk, Vic,
 };
 use super::{Count, Pending};
 use crate::Nanos;
@@ -41,6 +42,28 @@ macro_rules! each {
             Moderation::Budget($p) => $e,
         }
     };
+}
+
+impl Moderation {
+    /// The periodic control loop inside the policy (`dim-loop`), if any. Its executor must
+    /// wake the policy (an [`Event::Timer`]) at [`DimLoop::next_wakeup`] even when nothing
+    /// is held, so that the loop's wakeups happen on time; [`DimLoop::wakeups`] counts them.
+    #[must_use]
+    pub fn control_loop(&self) -> Option<&DimLoop> {
+        match self {
+            Self::DimLoop(q) => Some(q.control_loop()),
+            _ => None,
+        }
+    }
+
+    /// The policy starts at `now` on its executor's clock (a periodic loop schedules its
+    /// first wakeup one period later; the other policies have no start time). Call it before
+    /// the first event.
+    pub fn start_at(&mut self, now: Nanos) {
+        if let Self::DimLoop(q) = self {
+            q.start_at(now);
+        }
+    }
 }
 
 impl Moderator for Moderation {

@@ -204,6 +204,19 @@ impl DimLoopQueue {
         }
     }
 
+    /// Start the loop at `now` instead of time 0: its first wakeup is one period later.
+    /// For a caller whose clock does not start at 0 (the backends' CLOCK_MONOTONIC), so
+    /// that the time before the queue existed is not counted as missed wakeups. Call it
+    /// before the first event; counters and the programmed profile start over.
+    pub fn start_at(&mut self, now: Nanos) {
+        let ctl = DimLoop::new(self.ctl.config(), now);
+        *self = Self {
+            count: Count::new(ctl.profile()),
+            ctl,
+            counters: QueueCounters::default(),
+        };
+    }
+
     /// The controller (wakeups, profile, schedule).
     #[must_use]
     pub fn control_loop(&self) -> &DimLoop {

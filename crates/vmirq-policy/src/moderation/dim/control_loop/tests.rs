@@ -167,3 +167,23 @@ fn replaying_missed_wakeups_equals_eager_ticking() {
     assert_eq!(lazy.control_loop(), eager.control_loop());
     assert!(eager.control_loop().wakeups() > 100);
 }
+
+#[test]
+fn a_loop_started_late_counts_no_wakeups_before_its_start() {
+    // A backend's CLOCK_MONOTONIC is hours past 0: the time before the queue existed is no
+    // missed wakeups.
+    let start = 3_600_000 * MS;
+    let mut m = crate::moderation::Moderation::DimLoop(DimLoopQueue::new(DimLoopConfig::default()));
+    m.start_at(start);
+    let l = m.control_loop().expect("dim-loop has a control loop");
+    assert_eq!((l.wakeups(), l.next_wakeup()), (0, start + 10 * MS));
+    let _ = m.on_event(start + 35 * MS, Event::Submit);
+    assert_eq!(m.control_loop().map(DimLoop::wakeups), Some(3));
+    // Without the start, the first event replays or skips an hour of periods.
+    let mut from_zero = DimLoopQueue::new(DimLoopConfig::default());
+    let _ = from_zero.on_event(start + 35 * MS, Event::Submit);
+    assert!(from_zero.control_loop().wakeups() > 300_000);
+    // The other policies have no loop and ignore the start.
+    let none = crate::moderation::Moderation::None(crate::moderation::NoModeration::default());
+    assert!(none.control_loop().is_none());
+}
