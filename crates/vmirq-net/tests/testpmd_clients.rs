@@ -70,20 +70,32 @@ fn testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect() {
             assert_eq!(s.rx_dropped + s.tx_dropped, 0, "testpmd dropped: {stats:?}");
             assert!(s.rx_packets > 1_000 && s.tx_packets > 1_000, "{stats:?}");
         }
-        let d = |p: usize| -> (u64, u64) {
+        let d = |p: usize| -> (u64, u64, u64) {
             (
                 now[p].tx_frames - last[p].tx_frames,
                 now[p].rx_frames - last[p].rx_frames,
+                now[p].tx_no_destination - last[p].tx_no_destination,
             )
         };
-        let ((tx0, rx0), (tx1, rx1)) = (d(0), d(1));
-        // What testpmd sent on a port, the switch took, and delivered to the other port.
+        let ((tx0, rx0, gone0), (tx1, rx1, gone1)) = (d(0), d(1));
+        // What testpmd sent on a port, the switch took, and delivered to the other port, but
+        // for the frames still in flight when testpmd closed the other port first (its
+        // shutdown closes one port, then the other): those are dropped as having no
+        // destination, counted, and no more than one ring's worth.
         assert_eq!(tx0, stats[0].tx_packets, "port 0");
         assert_eq!(tx1, stats[1].tx_packets, "port 1");
-        assert_eq!(tx0, rx1);
-        assert_eq!(tx1, rx0);
+        assert_eq!(tx0, rx1 + gone0, "port 0 -> 1");
+        assert_eq!(tx1, rx0 + gone1, "port 1 -> 0");
+        assert!(
+            gone0 + gone1 <= 1024,
+            "more than a ring dropped at teardown"
+        );
         for (p, c) in now.iter().enumerate() {
-            assert_eq!(c.dropped(), 0, "port {p} dropped: {c:?}");
+            assert_eq!(
+                c.dropped() - c.tx_no_destination,
+                0,
+                "port {p} dropped: {c:?}"
+            );
             assert_eq!(c.rx_bad_chain + c.queue_broken, 0, "port {p}: {c:?}");
             assert_eq!(c.connections, round as u64 + 1);
         }

@@ -125,7 +125,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 14] = [
+pub const FIELDS: [&str; 17] = [
     "wrmsr_exit_ns",
     "exit_roundtrip_ns",
     "kick_ns",
@@ -140,6 +140,9 @@ pub const FIELDS: [&str; 14] = [
     "timeslice_ns",
     "min_granularity_ns",
     "host_irq_ns",
+    "wakeup_granularity_ns",
+    "sleeper_credit_ns",
+    "tick_ns",
 ];
 
 /// The `vmirq kvm exits` costs file.
