@@ -78,12 +78,8 @@ pub fn online_cpus() -> usize {
     vmirq_os::online_cpus()
 }
 
-/// Nice value measurement threads ask for: on a shared machine, CPU-bound neighbours would
-/// otherwise take most of the pinned CPU and every number would measure the scheduler.
-pub const MEASUREMENT_NICE: libc::c_int = -10;
-
-/// Pin the calling thread to one CPU and raise its priority to [`MEASUREMENT_NICE`] (best
-/// effort: without the privilege the thread keeps its priority, logged at debug level).
+/// Pin the calling thread to one CPU. Its priority is left alone (run the measurement under
+/// `nice -n -10` or `chrt` to keep CPU-bound neighbours from taking the pinned CPU).
 ///
 /// # Errors
 /// [`Error::Io`] if `sched_setaffinity` fails (for example the CPU does not exist).
