@@ -1,4 +1,4 @@
-//! virtio `VIRTIO_F_EVENT_IDX` arithmetic (virtio 1.x, split virtqueues, §2.7.7 / §2.7.10).
+//! virtio `VIRTIO_F_EVENT_IDX` arithmetic (virtio 1.2, split virtqueues: §2.7.7 used buffer notification suppression, §2.7.10 available buffer notification suppression).
 //!
 //! With EVENT_IDX negotiated the driver writes `used_event` after its avail ring: the device
 //! must notify when the used index it publishes moves past `used_event`, and should not
@@ -30,7 +30,7 @@ pub fn delayed_used_event(last_used: u16, avail: u16, fraction_pct: u8) -> u16 {
 mod tests {
     use super::*;
 
-    /// Spec 2.7.10 (split ring, used buffer notification suppression): with used_event = 0
+    /// Spec 2.7.7 (split ring, used buffer notification suppression): with used_event = 0
     /// the device notifies after the first buffer (used idx moves 0 -> 1).
     #[test]
     fn verify_spec_2_7_10_used_event_zero_notifies_after_first_buffer() {
@@ -43,7 +43,7 @@ mod tests {
         assert!(need_event(0, 0u16.wrapping_add(1), u16::MAX));
     }
 
-    /// Spec 2.7.10: the device must notify when the index it writes equals used_event,
+    /// Spec 2.7.7: the device must notify when the index it writes equals used_event,
     /// even when several used entries are published in one batch.
     #[test]
     fn verify_spec_2_7_10_batch_crossing_event_notifies() {
@@ -54,7 +54,7 @@ mod tests {
         assert!(!need_event(8, 8, 3)); // new itself is not yet written
     }
 
-    /// Spec 2.7.10: indices are free-running u16; the rule holds across the wrap.
+    /// Spec 2.7.7: indices are free-running u16; the rule holds across the wrap.
     #[test]
     fn verify_spec_2_7_10_wraparound() {
         assert!(need_event(u16::MAX, 1, u16::MAX - 1));
@@ -62,7 +62,7 @@ mod tests {
         assert!(!need_event(5, 2, u16::MAX));
     }
 
-    /// Spec 2.7.10: an empty batch never notifies.
+    /// Spec 2.7.7: an empty batch never notifies.
     #[test]
     fn verify_spec_2_7_10_empty_batch_never_notifies() {
         for e in [0u16, 1, 100, u16::MAX] {
