@@ -61,7 +61,7 @@ impl Dropped {
 /// How long a reset or teardown waits for storage operations in flight before it gives up
 /// (and leaks their guest-memory mappings rather than let the kernel write into memory that
 /// could be reused).
-const QUIESCE_TIMEOUT_MS: u32 = 30_000;
+pub const QUIESCE_TIMEOUT_MS: u32 = 30_000;
 
 /// Most batches drained in one call before yielding to the event loop (the engine re-arms
 /// its timer immediately so it comes back). Bounds the time spent per event.
