@@ -91,22 +91,7 @@ pub fn pin_to(cpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// CPU time consumed so far by the calling thread, in nanoseconds.
-#[must_use]
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always supported on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs * 1_000_000_000 + nanos
-}
+pub use vmirq_os::thread_cpu_ns;
 
 /// Make `nanosleep` on this thread as precise as the kernel allows (default slack is 50 µs,
 /// which would distort microsecond wake intervals).

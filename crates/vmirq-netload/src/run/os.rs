@@ -48,22 +48,7 @@ pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> std::io::Result<u64> {
         .fold(0, |mask, (i, _)| mask | (1 << i)))
 }
 
-/// CPU time the calling thread has used, in nanoseconds.
-#[must_use]
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs * 1_000_000_000 + nanos
-}
+pub use vmirq_os::thread_cpu_ns;
 
 /// Whole-machine CPU time from `/proc/stat` in clock ticks: (busy, total), busy being all
 /// but idle and iowait. `None` if unreadable.
