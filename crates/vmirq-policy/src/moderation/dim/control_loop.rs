@@ -291,20 +291,7 @@ impl Moderator for DimLoopQueue {
         self.count.pending()
     }
     fn max_hold_ns(&self) -> Nanos {
-        let timer = self.ctl.config().mode.timer();
-        self.ctl
-            .table
-            .iter()
-            .map(|p| {
-                Count::new(CountConfig {
-                    usecs: u32::from(p.usecs),
-                    frames: u32::from(p.frames),
-                    timer,
-                })
-                .max_hold_ns()
-            })
-            .max()
-            .unwrap_or(0)
+        super::max_hold_over(self.ctl.table, self.ctl.config().mode.timer())
     }
     fn knob(&self) -> Knob {
         let c = self.count.config();

@@ -227,20 +227,7 @@ impl Moderator for Dim {
         self.count.pending()
     }
     fn max_hold_ns(&self) -> Nanos {
-        // The largest profile bounds any hold, whatever profile DIM moves to.
-        let timer = self.count.config().timer;
-        self.table
-            .iter()
-            .map(|p| {
-                Count::new(CountConfig {
-                    usecs: u32::from(p.usecs),
-                    frames: u32::from(p.frames),
-                    timer,
-                })
-                .max_hold_ns()
-            })
-            .max()
-            .unwrap_or(0)
+        max_hold_over(self.table, self.count.config().timer)
     }
     fn knob(&self) -> Knob {
         let c = self.count.config();
@@ -250,6 +237,23 @@ impl Moderator for Dim {
             frames: u16::try_from(c.frames).unwrap_or(u16::MAX),
         }
     }
+}
+
+/// The longest a `count` policy can hold under any profile of `table`: whatever profile DIM
+/// (in the data path or as a control loop) moves to, no hold lasts longer.
+pub(crate) fn max_hold_over(table: &[DimProfile], timer: super::TimerStart) -> Nanos {
+    table
+        .iter()
+        .map(|p| {
+            Count::new(CountConfig {
+                usecs: u32::from(p.usecs),
+                frames: u32::from(p.frames),
+                timer,
+            })
+            .max_hold_ns()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
