@@ -326,7 +326,9 @@ impl Fabric {
         let mut rx = me.rx.get_mut();
         let mem = me.mem.memory();
         let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        let RxCtl { notifier, window } = &mut *ctl;
+        let RxCtl {
+            notifier, window, ..
+        } = &mut *ctl;
         if notifier.deadline().is_some_and(|d| now >= d) {
             let mut ring = RxRing {
                 state: &mut rx,
@@ -346,7 +348,9 @@ impl Fabric {
         let mut rx = me.rx.get_mut();
         let mem = me.mem.memory();
         let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        let RxCtl { notifier, window } = &mut *ctl;
+        let RxCtl {
+            notifier, window, ..
+        } = &mut *ctl;
         if notifier.take_expiry() {
             let mut ring = RxRing {
                 state: &mut rx,
@@ -467,11 +471,23 @@ impl Fabric {
                 PortCounters::add(&c.rx_bytes, frame.len() as u64);
                 PortCounters::add(&c.rx_buffers, u64::from(n));
                 let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-                let RxCtl { notifier, window } = &mut *ctl;
+                let RxCtl {
+                    notifier,
+                    window,
+                    classify: parse,
+                } = &mut *ctl;
                 let batch = dests.batch(dst, || notifier.completions());
                 // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
-                // burst heuristics decide on; the other policies use only the bytes.
-                let meta = classify(frame).completion_meta();
+                // burst heuristics decide on; the other policies use only the bytes, so
+                // only `dim-lat` pays for parsing the headers.
+                let meta = if *parse {
+                    classify(frame).completion_meta()
+                } else {
+                    CompletionMeta::new(
+                        RequestKind::Read,
+                        u32::try_from(frame.len()).unwrap_or(u32::MAX),
+                    )
+                };
                 let mut ring = RxRing {
                     state: &mut rx,
                     window,
@@ -524,7 +540,9 @@ impl Fabric {
             let mut rx = a.rx.get_mut();
             let mem = a.mem.memory();
             let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-            let RxCtl { notifier, window } = &mut *ctl;
+            let RxCtl {
+                notifier, window, ..
+            } = &mut *ctl;
             let mut ring = RxRing {
                 state: &mut rx,
                 window,

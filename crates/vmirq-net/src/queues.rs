@@ -51,6 +51,9 @@ pub struct RxCtl {
     pub notifier: QueueNotifier,
     /// Which used entries the last notification decision covered.
     pub window: UsedWindow,
+    /// Whether delivered frames are parsed for the policy (only `dim-lat` decides on a
+    /// frame's headers; every other policy needs its length alone).
+    pub classify: bool,
 }
 
 /// A transmit queue's moderation and kick-wait state.
@@ -70,6 +73,7 @@ impl RxCtl {
         Ok(Self {
             notifier: QueueNotifier::new(p.moderation.build(), counters)?,
             window: UsedWindow::default(),
+            classify: matches!(p.moderation, ModerationSpec::DimLat(_)),
         })
     }
 }
