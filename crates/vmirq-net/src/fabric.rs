@@ -33,6 +33,7 @@ use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::{Completions, Submissions};
 use vmirq_vhost::poll::{has_work, PollStart};
+use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
 
 /// Guest memory as the vhost-user machinery shares it.
@@ -247,7 +248,17 @@ impl Fabric {
                 indirect: false,
             };
             let mut bytes = 0;
-            match read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame) {
+            let read = read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame);
+            if revoked_in(mem).is_some() {
+                // The frontend truncated its memory (the read saw zeros): forward and
+                // complete nothing; the worker drops the connection (vmirq_vhost::sigbus).
+                q.set_next_avail(start);
+                q.set_ready(false);
+                PortCounters::add(&c.queue_broken, 1);
+                end = BatchEnd::Stop;
+                break;
+            }
+            match read {
                 Ok(()) => {
                     let frame = &scratch.frame[HDR_LEN..];
                     match self.switch_frame(src, frame, dests, &mut scratch.rx) {
@@ -459,6 +470,9 @@ impl Fabric {
         let a = dests.get(dst, || self.attached(dst))?;
         let c = &slot.counters;
         let mem = a.mem.memory();
+        if revoked_in(&mem).is_some() {
+            return None; // its frontend truncated its memory: the connection is going away
+        }
         let mut rx = a.rx.get_mut();
         if !rx.get_queue().ready() || !rx.is_enabled() {
             return None;

@@ -107,6 +107,7 @@ pub struct ServerHandle {
     fabric: Arc<Fabric>,
     serving: Arc<Vec<AtomicBool>>,
     connections: Arc<AtomicU64>,
+    revoked: Arc<AtomicU64>,
 }
 
 impl ServerHandle {
@@ -142,6 +143,13 @@ impl ServerHandle {
         self.serving
             .get(p)
             .is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    /// Connections dropped because their frontend truncated its guest memory (see
+    /// `vmirq_vhost::sigbus`).
+    #[must_use]
+    pub fn memory_revoked(&self) -> u64 {
+        self.revoked.load(Ordering::Relaxed)
     }
 
     /// Frontend connections accepted so far, all ports.
@@ -183,6 +191,7 @@ impl Server {
             fabric,
             serving: Arc::new((0..n).map(|_| AtomicBool::new(false)).collect()),
             connections: Arc::new(AtomicU64::new(0)),
+            revoked: Arc::new(AtomicU64::new(0)),
         };
         Ok(Self {
             config,
@@ -306,6 +315,7 @@ fn serve_connection(
     })
     .map_err(|e| ServerError::Daemon(e.to_string()))?;
     backend.attach()?;
+    backend.revocation().set_shutdown(conn.shutdown_handle());
     if let Some(slot) = h.fabric.slot(port) {
         slot.counters.connections.fetch_add(1, Ordering::Relaxed);
     }
@@ -319,6 +329,15 @@ fn serve_connection(
     }
     tracing::info!(port, "frontend connected");
     conn.wait();
+    if let Some(what) = backend.revocation().revoked() {
+        h.revoked.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            port,
+            "the frontend truncated guest memory it had handed over: {what}; its queues \
+             are stopped, no frame that touched that memory was forwarded or completed, and \
+             the connection is dropped"
+        );
+    }
     *h.current[port]
         .lock()
         .unwrap_or_else(PoisonError::into_inner) = None;
