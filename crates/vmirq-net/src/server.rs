@@ -1,5 +1,6 @@
 //! The server: one vhost-user socket per port, each served by its own thread that accepts
-//! one frontend at a time. Each connection gets a fresh device (backend, daemon, worker
+//! one frontend at a time, and optionally tap devices as further ports, each read by a
+//! thread of its own ([`crate::tap`]). Each connection gets a fresh device (backend, daemon, worker
 //! thread) behind vmirq-vhost's message guard (every vhost-user message checked before
 //! rust-vmm's handler sees it); when the frontend goes away the port is detached from the
 //! fabric, the device is torn down (worker joined, fds closed, guest memory unmapped) and
@@ -11,6 +12,7 @@ use crate::counters::PortSnapshot;
 use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
 use crate::queues::Policies;
 use crate::switch::{Switch, SwitchMode};
+use crate::tap::Tap;
 use crate::virtio::{default_mac, Mac, NetConfig, QUEUES, S_LINK_UP};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -47,6 +49,15 @@ pub enum ServerError {
     /// The vhost-user daemon failed.
     #[error("vhost-user device: {0}")]
     Daemon(String),
+    /// A tap device could not be opened.
+    #[error("cannot open tap {name}")]
+    Tap {
+        /// The interface name.
+        name: String,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
     /// A system call failed.
     #[error("system call failed")]
     Io(#[from] io::Error),
@@ -60,6 +71,8 @@ pub type Result<T> = std::result::Result<T, ServerError>;
 pub struct ServerConfig {
     /// One vhost-user socket per port, in port order.
     pub sockets: Vec<PathBuf>,
+    /// Tap devices (`--tap NAME`), ports after the sockets' (see [`crate::tap`]).
+    pub taps: Vec<String>,
     /// MAC of each port (missing ones get [`default_mac`]).
     pub macs: Vec<Mac>,
     /// Switching mode.
@@ -76,6 +89,7 @@ impl ServerConfig {
     pub fn new(sockets: Vec<PathBuf>) -> Self {
         Self {
             sockets,
+            taps: Vec::new(),
             macs: Vec::new(),
             switch: SwitchMode::Pairs,
             queue_size: 1024,
@@ -84,10 +98,12 @@ impl ServerConfig {
     }
 
     fn check(&self) -> Result<()> {
-        let n = self.sockets.len();
-        if !(2..=PORTS_MAX).contains(&n) {
+        let n = self.sockets.len() + self.taps.len();
+        if !(2..=PORTS_MAX).contains(&n) || self.sockets.is_empty() {
             return Err(ServerError::Config(format!(
-                "{n} sockets; a switch needs 2 to {PORTS_MAX}"
+                "{} sockets and {} taps; a switch needs 2 to {PORTS_MAX} ports, one a socket",
+                self.sockets.len(),
+                self.taps.len()
             )));
         }
         if !self.queue_size.is_power_of_two() || self.queue_size > 32768 {
@@ -164,6 +180,7 @@ pub struct Server {
     config: ServerConfig,
     handle: ServerHandle,
     listeners: Vec<Listener>,
+    taps: Vec<Arc<Tap>>,
 }
 
 impl Server {
@@ -173,7 +190,7 @@ impl Server {
     /// [`ServerError::Config`] or [`ServerError::Listen`].
     pub fn new(config: ServerConfig) -> Result<Self> {
         config.check()?;
-        let n = config.sockets.len();
+        let n = config.sockets.len() + config.taps.len();
         let listeners = config
             .sockets
             .iter()
@@ -185,6 +202,21 @@ impl Server {
             })
             .collect::<Result<Vec<_>>>()?;
         let fabric = Arc::new(Fabric::new(Switch::new(config.switch, n)));
+        let taps = config
+            .taps
+            .iter()
+            .map(|name| {
+                Tap::open(name)
+                    .map(Arc::new)
+                    .map_err(|source| ServerError::Tap {
+                        name: name.clone(),
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (i, tap) in taps.iter().enumerate() {
+            fabric.set_tap(config.sockets.len() + i, Arc::clone(tap));
+        }
         let handle = ServerHandle {
             stop: Arc::new(AtomicBool::new(false)),
             current: Arc::new((0..n).map(|_| Mutex::new(None)).collect()),
@@ -197,6 +229,7 @@ impl Server {
             config,
             handle,
             listeners,
+            taps,
         })
     }
 
@@ -215,8 +248,15 @@ impl Server {
             config,
             handle,
             listeners,
+            taps,
         } = self;
-        tracing::info!(ports = listeners.len(), switch = ?config.switch, "serving");
+        let first_tap = listeners.len();
+        tracing::info!(
+            sockets = listeners.len(),
+            taps = taps.len(),
+            switch = ?config.switch,
+            "serving"
+        );
         let results: Vec<Result<()>> = std::thread::scope(|scope| {
             let threads: Vec<_> = listeners
                 .into_iter()
@@ -235,6 +275,16 @@ impl Server {
                         })
                 })
                 .collect::<io::Result<Vec<_>>>()?;
+            let mut threads = threads;
+            for (i, tap) in taps.into_iter().enumerate() {
+                let h = handle.clone();
+                let port = first_tap + i;
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("vmirq-net-tap{port}"))
+                        .spawn_scoped(scope, move || serve_tap(&h, port, &tap))?,
+                );
+            }
             Ok::<_, ServerError>(
                 threads
                     .into_iter()
@@ -248,6 +298,23 @@ impl Server {
         })?;
         results.into_iter().collect()
     }
+}
+
+/// Read frames the kernel sends on tap port `port` and switch them, until the server stops.
+fn serve_tap(h: &ServerHandle, port: usize, tap: &Tap) -> Result<()> {
+    tracing::info!(port, tap = tap.name(), "tap port");
+    let mut buf = Vec::with_capacity(crate::tap::TAP_FRAME_MAX);
+    while !h.stop.load(Ordering::Acquire) {
+        match tap.recv(&mut buf, ACCEPT_POLL_MS) {
+            Ok(Some(_)) => h.fabric.from_tap(port, &buf),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(port, tap = tap.name(), error = %e, "tap read failed");
+                return Err(ServerError::Io(e));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn serve_port(cfg: &ServerConfig, h: &ServerHandle, port: usize, listener: Listener) -> Result<()> {
