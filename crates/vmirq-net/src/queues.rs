@@ -17,20 +17,64 @@ use virtio_queue::Queue;
 use vm_memory::GuestMemoryMmap;
 use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
 use vmirq_vhost::counters::QueueCounters;
-use vmirq_vhost::cpustat::{CpuSampler, ThreadSchedstat};
+use vmirq_vhost::cpustat::{CpuSampler, Siblings, ThreadSchedstat};
 use vmirq_vhost::notify::QueueNotifier;
 use vmirq_vhost::poll::KickPoller;
 use vmirq_vhost::{QueueError, Ring};
 
-/// The policies every port's queues follow (`--moderation`, `--poll`, `--poll-contention`).
+/// The policies every port's queues follow (`--moderation`, `--poll`, `--poll-contention`)
+/// and which threads run the data path (`--datapath`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policies {
     /// Moderation of receive interrupts and transmit completions.
     pub moderation: ModerationSpec,
-    /// Kick waits of transmit queues.
+    /// Kick waits of transmit queues (of the forwarding thread with `Datapath::Pmd`).
     pub poll: WaitSpec,
     /// When a kick poll gives the CPU up for a neighbour.
     pub contention: ContentionSpec,
+    /// Which threads move frames.
+    pub datapath: Datapath,
+}
+
+/// Which threads move frames (`--datapath`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Datapath {
+    /// `per-port`: each port's vhost-user worker drains its own transmit queue when kicked.
+    #[default]
+    PerPort,
+    /// `pmd` or `pmd:cpu=N`: one forwarding thread serves every port's transmit queue in
+    /// bursts ([`crate::pmd`]), optionally pinned to CPU `N`.
+    Pmd {
+        /// CPU the thread is pinned to.
+        cpu: Option<usize>,
+    },
+}
+
+impl std::str::FromStr for Datapath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "per-port" => Ok(Self::PerPort),
+            "pmd" => Ok(Self::Pmd { cpu: None }),
+            _ => {
+                let cpu = s
+                    .strip_prefix("pmd:cpu=")
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .ok_or_else(|| format!("{s:?}: expected per-port, pmd or pmd:cpu=N"))?;
+                Ok(Self::Pmd { cpu: Some(cpu) })
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::PerPort => f.write_str("per-port"),
+            Self::Pmd { cpu: None } => f.write_str("pmd"),
+            Self::Pmd { cpu: Some(c) } => write!(f, "pmd:cpu={c}"),
+        }
+    }
 }
 
 impl Default for Policies {
@@ -41,6 +85,7 @@ impl Default for Policies {
             moderation: ModerationSpec::None,
             poll: WaitSpec::Never,
             contention: ContentionSpec::default(),
+            datapath: Datapath::PerPort,
         }
     }
 }
@@ -87,7 +132,9 @@ impl TxCtl {
         let poller = KickPoller::new(
             p.poll.build(),
             p.contention.build(),
-            CpuSampler::new(Box::new(ThreadSchedstat::new())),
+            // The process's other threads are the other ports' workers (and an in-process
+            // client), not helpers of this one: their CPU time is no excuse for a wait.
+            CpuSampler::new(Box::new(ThreadSchedstat::new())).with_siblings(Siblings::Ignore),
             counters.clone(),
         );
         Ok(Self {
@@ -116,5 +163,22 @@ impl Ring for RxRing<'_> {
         self.window
             .needs_notification(self.state.get_queue(), mem)
             .map_err(|e| QueueError::Queue(virtio_queue::Error::GuestMemory(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Datapath;
+
+    #[test]
+    fn datapath_specs_parse_and_print_back() {
+        for s in ["per-port", "pmd", "pmd:cpu=1"] {
+            let d: Datapath = s.parse().expect(s);
+            assert_eq!(d.to_string(), s);
+        }
+        assert_eq!("pmd:cpu=3".parse(), Ok(Datapath::Pmd { cpu: Some(3) }));
+        for bad in ["", "pmd:cpu=", "pmd:cpu=x", "pmd:cpus=1", "1"] {
+            assert!(bad.parse::<Datapath>().is_err(), "{bad}");
+        }
     }
 }
