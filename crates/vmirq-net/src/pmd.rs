@@ -18,13 +18,13 @@
 //! The thread never sleeps inside a pass and never holds a lock across passes.
 
 use crate::fabric::Fabric;
-use crate::queues::Policies;
+use crate::queues::{kick_sampler, Policies};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
-use vmirq_vhost::cpustat::{CpuSampler, Siblings, ThreadSchedstat};
+use vmirq_vhost::cpustat::ThreadSchedstat;
 use vmirq_vhost::poll::{KickPoller, PollStart};
 
 /// Transmit chains taken off one port per pass (testpmd's and OVS's burst size).
@@ -135,7 +135,7 @@ pub fn run(fabric: &Fabric, pmd: &Pmd, stop: &AtomicBool, policies: &Policies, c
     let mut poller = KickPoller::new(
         policies.poll.build(),
         policies.contention.build(),
-        CpuSampler::new(Box::new(ThreadSchedstat::new())).with_siblings(Siblings::Ignore),
+        kick_sampler(Box::new(ThreadSchedstat::new())),
         pmd.queue.clone(),
     );
     let c = &pmd.counters;
