@@ -15,6 +15,8 @@
 //! refill kick services the blocked transmit queues again. Floods (learning mode) are best
 //! effort: a destination without room drops its copy and counts it.
 
+mod burst;
+
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::pmd::Pmd;
@@ -263,14 +265,18 @@ impl Fabric {
             state: &mut tx,
             mem: &me.mem,
         };
-        SCRATCH.with_borrow_mut(|scratch| {
-            let mut dests = std::mem::take(&mut scratch.dests);
-            let (_, n) = self.tx_batch(src, &mut ring, &mut ctl, &mem, &mut dests, scratch, burst);
-            self.flush_dests(&mut dests);
-            dests.cache.clear();
-            scratch.dests = dests;
-            n
-        })
+        let (n, broken) = BURST_SCRATCH.with_borrow_mut(|b| {
+            let n = self.burst(src, &mut ring, &mut ctl, &mem, b, burst);
+            (n, b.broken)
+        });
+        if broken {
+            // Stop looking at it (every pass would count it again); a new frontend
+            // connection brings new rings.
+            drop(ctl);
+            drop(tx);
+            me.tx.set_queue_ready(false);
+        }
+        n
     }
 
     /// Turn kicks on (`true`) or off on every attached port's transmit queue (the
@@ -707,10 +713,10 @@ struct Scratch {
     descs: Vec<virtio_queue::desc::split::Descriptor>,
     frame: Vec<u8>,
     rx: RxScratch,
-    /// Reused by the forwarding thread's bursts.
-    dests: Dests,
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    static BURST_SCRATCH: std::cell::RefCell<burst::BurstScratch> =
+        std::cell::RefCell::new(burst::BurstScratch::default());
 }

@@ -16,10 +16,14 @@ use vmirq_netload::workload::Workload;
 use vmirq_policy::spec::WaitSpec;
 
 fn connect(path: &std::path::Path, i: usize) -> NetPort {
+    connect_max(path, i, 1514)
+}
+
+fn connect_max(path: &std::path::Path, i: usize, tx_frame_max: u32) -> NetPort {
     let cfg = PortConfig {
         rx_queue_size: 512,
         tx_queue_size: 256,
-        tx_frame_max: 1514,
+        tx_frame_max,
         ..PortConfig::default()
     };
     NetPort::connect(path, cfg, frame::port_mac(i), &Pattern::new())
@@ -112,4 +116,25 @@ fn one_forwarding_thread_moves_every_frame_and_sleeps_when_idle() {
 #[test]
 fn a_bounded_busy_window_ends_in_sleep() {
     check(WaitSpec::Fixed(200_000));
+}
+
+#[test]
+fn jumbo_frames_are_copied_once_into_merged_buffers() {
+    let server = common::start(2, |c| c.policies.datapath = Datapath::Pmd { cpu: None });
+    let mut ports = vec![
+        connect_max(&server.sockets[0], 0, 9014),
+        connect_max(&server.sockets[1], 1, 9014),
+    ];
+    // Payloads are verified byte for byte by the client.
+    let received = stream(&mut ports, Mode::Interrupt, 9014, Some(5_000));
+    assert!(received > 500);
+    let b = ports[1].counters();
+    // 2048-byte buffers: a 9014-byte frame and its header need five; a hello needs one.
+    let hellos = b.rx_frames - received;
+    assert_eq!(b.rx_buffers, 5 * received + hellos, "{b:?}");
+    assert_eq!(server.handle.counters()[1].rx_buffers, b.rx_buffers);
+    for p in ports {
+        p.close().expect("rings stop");
+    }
+    server.stop();
 }
