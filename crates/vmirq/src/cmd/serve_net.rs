@@ -90,8 +90,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn summary(handle: &ServerHandle) -> String {
     let mut out = String::new();
     if let Some((pmd, q)) = handle.pmd_counters() {
-        out.push_str(&format!("{pmd}\n"));
-        out.push_str(&vmirq_vhost::counters::summary(&[q]));
+        out.push_str(&format!(
+            "{pmd} poll_hits={} poll_misses={} poll_contended={}\n",
+            q.poll_hits, q.poll_misses, q.poll_contended
+        ));
     }
     for (p, c) in handle.counters().iter().enumerate() {
         let pairs: Vec<String> = c
