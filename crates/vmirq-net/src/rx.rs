@@ -49,6 +49,8 @@ pub struct RxScratch {
     heads: Vec<u16>,
     used: Vec<u32>,
     bounce: Vec<u8>,
+    /// [`deliver`]'s own batch of one frame's entries.
+    pending: UsedBatch,
 }
 
 /// Where a frame's bytes come from.
@@ -129,12 +131,15 @@ pub fn deliver(
     mrg_rxbuf: bool,
     s: &mut RxScratch,
 ) -> RxOutcome {
-    let mut used = UsedBatch::default();
+    let mut used = std::mem::take(&mut s.pending);
     let out = stage(q, mem, FrameSrc::Bytes(frame), mrg_rxbuf, s, &mut used);
-    if !used.is_empty() && used.publish(q, mem).is_err() {
-        return RxOutcome::Broken;
+    let published = used.is_empty() || used.publish(q, mem).is_ok();
+    s.pending = used;
+    if published {
+        out
+    } else {
+        RxOutcome::Broken
     }
-    out
 }
 
 /// Write a frame into `q`'s receive buffers and add their used entries to `used` (the
