@@ -51,7 +51,12 @@ pub struct RxScratch {
     bounce: Vec<u8>,
     /// [`deliver`]'s own batch of one frame's entries.
     pending: UsedBatch,
+    /// The net header joined with a short frame (or routed Ethernet header).
+    first: Vec<u8>,
 }
+
+/// Frames (or headers) up to this long are joined with the net header for one write.
+const SMALL_LEN: usize = 256;
 
 /// Where a frame's bytes come from.
 #[derive(Debug, Clone, Copy)]
@@ -207,15 +212,29 @@ pub fn stage(
     let hdr = rx_hdr(n);
     s.used.clear();
     s.used.resize(s.heads.len(), 0);
+    // The net header and what follows it from this process go out in one guest write when
+    // short (each guest access costs a region lookup, far more than copying 64 bytes here).
+    let local = match frame {
+        FrameSrc::Bytes(b) => b,
+        FrameSrc::Guest { head, .. } => head,
+    };
+    s.first.clear();
+    let parts: [&[u8]; 3] = if local.len() <= SMALL_LEN {
+        s.first.extend_from_slice(&hdr);
+        s.first.extend_from_slice(local);
+        [&s.first[..], &[], &[]]
+    } else {
+        [&hdr[..], local, &[]]
+    };
     let written = match frame {
-        FrameSrc::Bytes(b) => write_local(mem, &s.segs, [&hdr[..], b, &[]], &mut s.used),
+        FrameSrc::Bytes(_) => write_local(mem, &s.segs, parts, &mut s.used),
         FrameSrc::Guest {
             mem: from,
             descs,
             head,
             skip,
             len,
-        } => write_local(mem, &s.segs, [&hdr[..], head, &[]], &mut s.used).and_then(|at| {
+        } => write_local(mem, &s.segs, parts, &mut s.used).and_then(|at| {
             let rest = len.saturating_sub(head.len());
             copy_guest(
                 from,

@@ -115,17 +115,18 @@ impl Fabric {
             size: q.size(),
             indirect: false,
         };
+        // One look at the available index per burst.
+        let mut avail = match q.iter(mem) {
+            Ok(it) => it,
+            Err(e) => {
+                tracing::warn!(port = src, error = %e, "transmit queue broken");
+                PortCounters::add(&self.slots[src].counters.queue_broken, 1);
+                b.broken = true;
+                return;
+            }
+        };
         for _ in 0..limit {
-            let chain = match q.iter(mem) {
-                Ok(mut it) => it.next(),
-                Err(e) => {
-                    tracing::warn!(port = src, error = %e, "transmit queue broken");
-                    PortCounters::add(&self.slots[src].counters.queue_broken, 1);
-                    b.broken = true;
-                    break;
-                }
-            };
-            let Some(chain) = chain else {
+            let Some(chain) = avail.next() else {
                 break;
             };
             let head = chain.head_index();
