@@ -47,6 +47,6 @@ for r in $(seq 1 "$reps"); do
     wake=$(grep -oE '^pmd: .*wakeups=[0-9]+' "$work/srv.txt" | grep -oE '[0-9]+$' || echo 0)
     awk -v c="$c" -v r="$r" -v f="${frames:-0}" -v t=$((t1 - t0)) -v hz="$tck" -v k="$kicks" -v w="$wake" \
       'BEGIN { if (f == 0) f = 1; printf "%-26s %3d %10d %12.0f %12.4f %14.4f\n", c, r, f, t * 1e9 / hz / f, k / f, w / f }'
-    grep -E '^(port|pmd)' "$work/srv.txt" | sed 's/^/    /'
+    grep -E '^(port|pmd|queue)' "$work/srv.txt" | sed 's/^/    /'
   done
 done
