@@ -15,8 +15,11 @@
 //! refill kick services the blocked transmit queues again. Floods (learning mode) are best
 //! effort: a destination without room drops its copy and counts it.
 
+mod burst;
+
 use crate::classify::classify;
 use crate::counters::PortCounters;
+use crate::pmd::Pmd;
 use crate::queues::{RxCtl, RxRing, TxCtl};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
@@ -91,6 +94,8 @@ pub struct Slot {
 pub struct Fabric {
     slots: Vec<Slot>,
     switch: Switch,
+    /// The forwarding thread of `--datapath pmd` (the port workers only wake it).
+    pmd: Option<Arc<Pmd>>,
 }
 
 impl Fabric {
@@ -101,7 +106,24 @@ impl Fabric {
         Self {
             slots: (0..n).map(|_| Slot::default()).collect(),
             switch,
+            pmd: None,
         }
+    }
+
+    /// A fabric whose transmit queues are served by one forwarding thread
+    /// ([`crate::pmd::run`] with the returned [`Pmd`]), not by the port workers.
+    #[must_use]
+    pub fn with_pmd(switch: Switch) -> (Self, Arc<Pmd>) {
+        let pmd = Arc::new(Pmd::default());
+        let mut f = Self::new(switch);
+        f.pmd = Some(Arc::clone(&pmd));
+        (f, pmd)
+    }
+
+    /// The forwarding thread's state, with `--datapath pmd`.
+    #[must_use]
+    pub fn pmd(&self) -> Option<&Arc<Pmd>> {
+        self.pmd.as_ref()
     }
 
     /// Ports.
@@ -193,6 +215,12 @@ impl Fabric {
             return;
         };
         let mut mask = s.blocked.swap(0, Ordering::AcqRel);
+        if let Some(pmd) = &self.pmd {
+            if mask != 0 {
+                pmd.wake();
+            }
+            return;
+        }
         while mask != 0 {
             let src = mask.trailing_zeros() as usize;
             mask &= mask - 1;
@@ -220,7 +248,9 @@ impl Fabric {
         SCRATCH.with_borrow_mut(|scratch| {
             let mut dests = Dests::default();
             loop {
-                let end = self.tx_batch(src, &mut ring, &mut ctl, &mem, &mut dests, scratch);
+                let (end, _) = self.tx_batch(
+                    src, &mut ring, &mut ctl, &mem, &mut dests, scratch, TX_BATCH,
+                );
                 self.flush_dests(&mut dests);
                 match end {
                     BatchEnd::More => continue,
@@ -239,7 +269,69 @@ impl Fabric {
         });
     }
 
-    /// One batch of at most [`TX_BATCH`] transmit chains.
+    /// One pass of the forwarding thread: a burst of at most `burst` transmit chains off
+    /// every port in turn, kicks left as they are. Returns the chains taken.
+    pub fn pmd_pass(&self, burst: usize) -> usize {
+        (0..self.slots.len())
+            .map(|p| self.pmd_burst(p, burst))
+            .sum()
+    }
+
+    fn pmd_burst(&self, src: usize, burst: usize) -> usize {
+        let Some(me) = self.attached(src) else {
+            return 0;
+        };
+        let mem = me.mem.memory();
+        let mut tx = me.tx.get_mut();
+        if !tx.get_queue().ready() || !tx.is_enabled() {
+            return 0;
+        }
+        let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        if ctl.notifier.resuming() {
+            return 0;
+        }
+        let mut ring = LiveRing {
+            state: &mut tx,
+            mem: &me.mem,
+        };
+        let (n, broken) = BURST_SCRATCH.with_borrow_mut(|b| {
+            let n = self.burst(src, &mut ring, &mut ctl, &mem, b, burst);
+            (n, b.broken)
+        });
+        if broken {
+            // Stop looking at it (every pass would count it again); a new frontend
+            // connection brings new rings.
+            drop(ctl);
+            drop(tx);
+            me.tx.set_queue_ready(false);
+        }
+        n
+    }
+
+    /// Turn kicks on (`true`) or off on every attached port's transmit queue (the
+    /// forwarding thread's sleep and wake). Returns whether a queue has chains available
+    /// after turning them on (do not sleep).
+    pub fn pmd_kicks(&self, on: bool) -> bool {
+        let mut work = false;
+        for p in 0..self.slots.len() {
+            let Some(me) = self.attached(p) else {
+                continue;
+            };
+            let mut tx = me.tx.get_mut();
+            if !tx.get_queue().ready() || !tx.is_enabled() {
+                continue;
+            }
+            if on {
+                work |= tx.enable_notification().unwrap_or(false);
+            } else {
+                let _ = tx.disable_notification();
+            }
+        }
+        work
+    }
+
+    /// One batch of at most `limit` transmit chains; also returns the chains taken.
+    #[allow(clippy::too_many_arguments)]
     fn tx_batch(
         &self,
         src: usize,
@@ -248,12 +340,14 @@ impl Fabric {
         mem: &GuestMemoryMmap,
         dests: &mut Dests,
         scratch: &mut Scratch,
-    ) -> BatchEnd {
+        limit: usize,
+    ) -> (BatchEnd, usize) {
         let c = &self.slots[src].counters;
         let mut subs = Submissions::default();
         let mut batch = ctl.notifier.completions();
         let mut end = BatchEnd::More;
-        for _ in 0..TX_BATCH {
+        let mut taken = 0;
+        for _ in 0..limit {
             let q = tx.state.get_queue_mut();
             let start = q.next_avail();
             let chain = match q.iter(mem) {
@@ -269,6 +363,7 @@ impl Fabric {
                 end = BatchEnd::Empty;
                 break;
             };
+            taken += 1;
             let head = chain.head_index();
             let table = DescTable {
                 addr: GuestAddress(q.desc_table()),
@@ -297,6 +392,7 @@ impl Fabric {
                         }
                         Sent::Wait => {
                             q.set_next_avail(start);
+                            taken -= 1;
                             PortCounters::add(&c.tx_backpressure, 1);
                             end = BatchEnd::Stop;
                             break;
@@ -329,7 +425,7 @@ impl Fabric {
         if let Err(e) = done {
             tracing::warn!(port = src, error = %e, "transmit notification failed");
         }
-        end
+        (end, taken)
     }
 
     /// The transmit queue is empty with kicks enabled: poll it for the wait policy's window
@@ -417,7 +513,10 @@ impl Fabric {
             ctl.notifier.take_expiry() && ctl.notifier.on_timer(&mut ring, &mem).unwrap_or(false)
         };
         if resume {
-            self.service_tx(p);
+            match &self.pmd {
+                Some(pmd) => pmd.wake(),
+                None => self.service_tx(p),
+            }
         }
     }
 
@@ -430,7 +529,10 @@ impl Fabric {
                 .poller
                 .on_kick();
         }
-        self.service_tx(p);
+        match &self.pmd {
+            Some(pmd) => pmd.wake(),
+            None => self.service_tx(p),
+        }
     }
 
     /// Switch one frame from `src`.
@@ -680,4 +782,6 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    static BURST_SCRATCH: std::cell::RefCell<burst::BurstScratch> =
+        std::cell::RefCell::new(burst::BurstScratch::default());
 }

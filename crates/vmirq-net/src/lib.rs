@@ -33,6 +33,7 @@ pub mod counters;
 pub mod ctrl;
 pub mod ctrlq;
 pub mod fabric;
+pub mod pmd;
 pub mod queues;
 pub mod rx;
 pub mod server;

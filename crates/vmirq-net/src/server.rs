@@ -10,7 +10,8 @@
 use crate::backend::{NetBackend, ATTACH_EVENT, RX_TIMER_EVENT, TX_TIMER_EVENT};
 use crate::counters::PortSnapshot;
 use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
-use crate::queues::Policies;
+use crate::pmd::PmdSnapshot;
+use crate::queues::{Datapath, Policies};
 use crate::switch::{Switch, SwitchMode};
 use crate::tap::Tap;
 use crate::virtio::{default_mac, Mac, NetConfig, QUEUES, S_LINK_UP};
@@ -130,6 +131,9 @@ impl ServerHandle {
     /// Stop: every connection is closed and [`Server::run`] returns.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(pmd) = self.fabric.pmd() {
+            pmd.wake();
+        }
         for c in self.current.iter() {
             if let Some(h) = c.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
                 h.shutdown();
@@ -159,6 +163,13 @@ impl ServerHandle {
         self.serving
             .get(p)
             .is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    /// What the forwarding thread did (`--datapath pmd` only) and its kick waits.
+    #[must_use]
+    pub fn pmd_counters(&self) -> Option<(PmdSnapshot, QueueSnapshot)> {
+        let pmd = self.fabric.pmd()?;
+        Some((pmd.counters.snapshot(), pmd.queue.snapshot()))
     }
 
     /// Connections dropped because their frontend truncated its guest memory (see
@@ -201,7 +212,11 @@ impl Server {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let fabric = Arc::new(Fabric::new(Switch::new(config.switch, n)));
+        let switch = Switch::new(config.switch, n);
+        let fabric = Arc::new(match config.policies.datapath {
+            Datapath::PerPort => Fabric::new(switch),
+            Datapath::Pmd { .. } => Fabric::with_pmd(switch).0,
+        });
         let taps = config
             .taps
             .iter()
@@ -258,6 +273,16 @@ impl Server {
             "serving"
         );
         let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            if let (Some(pmd), Datapath::Pmd { cpu }) =
+                (handle.fabric.pmd(), config.policies.datapath)
+            {
+                let (fabric, stop, policies) = (&handle.fabric, &handle.stop, &config.policies);
+                std::thread::Builder::new()
+                    .name("vmirq-net-pmd".into())
+                    .spawn_scoped(scope, move || {
+                        crate::pmd::run(fabric, pmd, stop, policies, cpu);
+                    })?;
+            }
             let threads: Vec<_> = listeners
                 .into_iter()
                 .enumerate()

@@ -14,6 +14,7 @@ use common::raw::{RawPort, DATA, F_WRITE};
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use vmirq_net::queues::Datapath;
 use vmirq_net::virtio::{F_EVENT_IDX, HDR_LEN};
 
 const RX: usize = 0;
@@ -151,11 +152,21 @@ fn dotted(ip: [u8; 4]) -> String {
 
 #[test]
 fn kernel_frames_cross_the_tap_port_both_ways() {
+    across_the_tap(Datapath::PerPort);
+}
+
+/// The same with `--datapath pmd`, whose bursts hand a tap's frames to the per-frame path.
+#[test]
+fn kernel_frames_cross_the_tap_port_both_ways_pmd() {
+    across_the_tap(Datapath::Pmd { cpu: None });
+}
+
+fn across_the_tap(datapath: Datapath) {
     if tools_present().is_err() {
         return;
     }
     // Everything below runs in a thread of its own network namespace.
-    let t = std::thread::spawn(in_namespace);
+    let t = std::thread::spawn(move || in_namespace(datapath));
     t.join().expect("the namespace thread");
 }
 
@@ -170,7 +181,7 @@ fn tools_present() -> Result<(), ()> {
     Ok(())
 }
 
-fn in_namespace() {
+fn in_namespace(datapath: Datapath) {
     // SAFETY: unshare(2) with CLONE_NEWNET moves only the calling thread (this one, which
     // the test spawned for it) into a new network namespace; no memory is involved.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -180,14 +191,18 @@ fn in_namespace() {
         ));
         return;
     }
-    let server =
-        match std::panic::catch_unwind(|| common::start(1, |c| c.taps = vec![TAP.to_owned()])) {
-            Ok(s) => s,
-            Err(_) => {
-                skip("the tap cannot be created here (no /dev/net/tun or CAP_NET_ADMIN?)");
-                return;
-            }
-        };
+    let server = match std::panic::catch_unwind(|| {
+        common::start(1, |c| {
+            c.taps = vec![TAP.to_owned()];
+            c.policies.datapath = datapath;
+        })
+    }) {
+        Ok(s) => s,
+        Err(_) => {
+            skip("the tap cannot be created here (no /dev/net/tun or CAP_NET_ADMIN?)");
+            return;
+        }
+    };
     let host = format!("{}/24", dotted(HOST_IP));
     for args in [
         &["link", "set", "lo", "up"][..],
