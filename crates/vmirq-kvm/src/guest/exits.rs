@@ -33,11 +33,20 @@ pub enum ExitOp {
     HltUser,
     /// x2APIC ICR write sending a fixed IPI to itself (interrupts disabled; in-kernel LAPIC).
     IpiSelf,
+    /// [`Self::IpiSelf`], then `sti; nop; cli`: the pending interrupt is taken at the `nop`
+    /// (its handler EOIs and returns). The reference for [`Self::HltPending`].
+    IrqPending,
+    /// [`Self::IpiSelf`], then `sti; hlt; cli`: a HLT that finds an interrupt already pending,
+    /// so KVM's halt path (`kvm_vcpu_halt`, `kvm_vcpu_check_block`) returns at once, without
+    /// polling or sleeping, and re-enters the guest, which takes the interrupt. Minus
+    /// [`Self::IrqPending`]: what leaving a halt and re-entering costs on this host, with no
+    /// cross-CPU wake, no poll loop and no sleep.
+    HltPending,
 }
 
 impl ExitOp {
     /// Every operation, baseline first.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Baseline,
         Self::PioUser,
         Self::PioEventfd,
@@ -46,7 +55,15 @@ impl ExitOp {
         Self::Hypercall,
         Self::HltUser,
         Self::IpiSelf,
+        Self::IrqPending,
+        Self::HltPending,
     ];
+
+    /// Whether the loop takes interrupts (x2APIC enabled, a handler for [`WAKE_VECTOR`]).
+    #[must_use]
+    pub fn interrupts(self) -> bool {
+        matches!(self, Self::IrqPending | Self::HltPending)
+    }
 
     /// Whether the loop needs the in-kernel irqchip (and must not have it for `HltUser`).
     #[must_use]
@@ -80,7 +97,7 @@ pub fn program(op: ExitOp, iterations: u32) -> Result<Program> {
 
 fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.entry()?;
-    if op == ExitOp::IpiSelf {
+    if op == ExitOp::IpiSelf || op.interrupts() {
         b.enable_x2apic()?;
     }
     b.a.mov(rdi, layout::ARRAY)?;
@@ -105,7 +122,18 @@ fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.a.dec(r12)?;
     b.a.jnz(top)?;
     b.out(port::DONE)?;
-    b.a.hlt()
+    b.a.hlt()?;
+    if op.interrupts() {
+        // EOI and return. Clobbers eax, ecx, edx only: the loop reloads them (rdtsc) after
+        // the operation, and keeps its own state in r8, r9, rdi, rbp, r12.
+        b.handler(WAKE_VECTOR)?;
+        b.a.mov(ecx, msr::X2APIC_EOI)?;
+        b.a.xor(eax, eax)?;
+        b.a.xor(edx, edx)?;
+        b.a.wrmsr()?;
+        b.a.iretq()?;
+    }
+    Ok(())
 }
 
 fn emit_op(b: &mut Builder, op: ExitOp) -> AsmResult {
@@ -117,11 +145,26 @@ fn emit_op(b: &mut Builder, op: ExitOp) -> AsmResult {
         ExitOp::Cpuid => b.a.cpuid(),
         ExitOp::Hypercall => b.a.vmmcall(),
         ExitOp::HltUser => b.a.hlt(),
-        ExitOp::IpiSelf => {
-            b.a.mov(ecx, msr::X2APIC_ICR)?;
-            b.a.mov(eax, u32::from(WAKE_VECTOR))?;
-            b.a.xor(edx, edx)?; // destination: APIC id 0, itself
-            b.a.wrmsr()
+        ExitOp::IpiSelf => self_ipi(b),
+        ExitOp::IrqPending => {
+            self_ipi(b)?;
+            b.a.sti()?;
+            b.a.nop()?; // the interrupt is taken here, after sti's one-instruction shadow
+            b.a.cli()
+        }
+        ExitOp::HltPending => {
+            self_ipi(b)?;
+            b.a.sti()?;
+            b.a.hlt()?; // in sti's shadow: the HLT runs, finds the interrupt pending
+            b.a.cli()
         }
     }
+}
+
+/// x2APIC ICR write: fixed IPI on [`WAKE_VECTOR`] to APIC id 0, this vCPU.
+fn self_ipi(b: &mut Builder) -> AsmResult {
+    b.a.mov(ecx, msr::X2APIC_ICR)?;
+    b.a.mov(eax, u32::from(WAKE_VECTOR))?;
+    b.a.xor(edx, edx)?; // destination: APIC id 0, itself
+    b.a.wrmsr()
 }
