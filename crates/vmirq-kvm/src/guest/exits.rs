@@ -33,13 +33,19 @@ pub enum ExitOp {
     HltUser,
     /// x2APIC ICR write sending a fixed IPI to itself (interrupts disabled; in-kernel LAPIC).
     IpiSelf,
-    /// [`Self::IpiSelf`], then `sti; nop; cli`: the pending interrupt is taken at the `nop`
-    /// (its handler EOIs and returns). The reference for [`Self::HltPending`].
+    /// [`Self::IpiSelf`], then `sti; out; cli` with the `out` to a port with no in-kernel
+    /// handler (an exit to the VMM, as [`Self::PioUser`]): the pending interrupt is injected
+    /// when KVM re-enters after that exit (its handler EOIs and returns). The reference for
+    /// [`Self::HltPending`]: the same instructions, interrupt and handler, with an exit to the
+    /// VMM in place of the HLT. (A `nop`, or an `out` to the ioeventfd port, in place of it
+    /// does not do: on a host that emulates guest ring 0, KVM's emulator steps `sti; nop;
+    /// cli` and `sti; out; cli` without injecting the interrupt, so it is never taken; seen
+    /// with the `kvm_emulate_insn` tracepoint.)
     IrqPending,
     /// [`Self::IpiSelf`], then `sti; hlt; cli`: a HLT that finds an interrupt already pending,
-    /// so KVM's halt path (`kvm_vcpu_halt`, `kvm_vcpu_check_block`) returns at once, without
-    /// polling or sleeping, and re-enters the guest, which takes the interrupt. Minus
-    /// [`Self::IrqPending`]: what leaving a halt and re-entering costs on this host, with no
+    /// so KVM leaves the halt at once (no poll, no sleep) and re-enters the guest, which
+    /// takes the interrupt. Minus [`Self::IrqPending`], plus [`Self::PioUser`]'s net cost:
+    /// what a HLT and KVM's halt handling cost beyond an emulated instruction, with no
     /// cross-CPU wake, no poll loop and no sleep.
     HltPending,
 }
@@ -149,7 +155,7 @@ fn emit_op(b: &mut Builder, op: ExitOp) -> AsmResult {
         ExitOp::IrqPending => {
             self_ipi(b)?;
             b.a.sti()?;
-            b.a.nop()?; // the interrupt is taken here, after sti's one-instruction shadow
+            b.out(port::PIO_USER)?; // exit to the VMM: the interrupt is injected on re-entry
             b.a.cli()
         }
         ExitOp::HltPending => {
