@@ -8,8 +8,10 @@
 
 use super::{asm_error, msr, AsmResult, Builder, Program};
 use crate::error::{Error, Result};
-use crate::layout::{self, port, WAKE_VECTOR};
-use iced_x86::code_asm::{dword_ptr, eax, ecx, edx, r12, r8, r8d, r9, r9d, rax, rbp, rdi, rdx};
+use crate::layout::{self, mailbox, port, WAKE_VECTOR};
+use iced_x86::code_asm::{
+    dword_ptr, eax, ecx, edx, qword_ptr, r12, r15, r8, r8d, r9, r9d, rax, rbp, rdi, rdx,
+};
 use serde::{Deserialize, Serialize};
 
 /// The operation whose cost one loop measures.
@@ -130,9 +132,11 @@ fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.out(port::DONE)?;
     b.a.hlt()?;
     if op.interrupts() {
-        // EOI and return. Clobbers eax, ecx, edx only: the loop reloads them (rdtsc) after
-        // the operation, and keeps its own state in r8, r9, rdi, rbp, r12.
+        // Count, EOI and return. Clobbers eax, ecx, edx only: the loop reloads them (rdtsc)
+        // after the operation, and keeps its own state in r8, r9, rdi, rbp, r12 (r15: the
+        // mailbox). The count lets the VMM check that every iteration took its interrupt.
         b.handler(WAKE_VECTOR)?;
+        b.a.inc(qword_ptr(r15 + mailbox::IRQ_COUNT))?;
         b.a.mov(ecx, msr::X2APIC_EOI)?;
         b.a.xor(eax, eax)?;
         b.a.xor(edx, edx)?;
