@@ -23,6 +23,7 @@ use crate::pmd::Pmd;
 use crate::queues::{RxCtl, RxRing, TxCtl};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
+use crate::tap::Tap;
 use crate::tx::{read_chain, TxError};
 use crate::virtio::{F_MRG_RXBUF, HDR_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +37,7 @@ use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::{Completions, Submissions};
 use vmirq_vhost::poll::{has_work, PollStart};
+use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
 
 /// Guest memory as the vhost-user machinery shares it.
@@ -76,6 +78,8 @@ impl Attached {
 #[derive(Default)]
 pub struct Slot {
     attached: Mutex<Option<Arc<Attached>>>,
+    /// A tap device instead of a vhost-user frontend (`--tap`; see [`crate::tap`]).
+    tap: std::sync::OnceLock<Arc<Tap>>,
     /// Source ports waiting for room in this port's receive queue (bit per port).
     blocked: AtomicU64,
     /// This port's counters.
@@ -141,6 +145,31 @@ impl Fabric {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Port `p` is the tap `tap` (once, before traffic; a tap port never has vrings).
+    pub fn set_tap(&self, p: usize, tap: Arc<Tap>) {
+        if let Some(s) = self.slots.get(p) {
+            let _ = s.tap.set(tap);
+        }
+    }
+
+    /// A frame the kernel sent on tap port `src`: switched like a transmitted one, but never
+    /// waited for (a destination without room drops it, as a NIC would).
+    pub fn from_tap(&self, src: usize, frame: &[u8]) {
+        let Some(slot) = self.slots.get(src) else {
+            return;
+        };
+        let c = &slot.counters;
+        PortCounters::add(&c.tx_frames, 1);
+        PortCounters::add(&c.tx_bytes, frame.len() as u64);
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut dests = Dests::default();
+            if let Sent::Wait = self.switch_frame(src, frame, &mut dests, &mut scratch.rx) {
+                PortCounters::add(&c.tx_backpressure, 1);
+            }
+            self.flush_dests(&mut dests);
+        });
     }
 
     /// Port `p` has a frontend with these vrings.
@@ -342,7 +371,17 @@ impl Fabric {
                 indirect: false,
             };
             let mut bytes = 0;
-            match read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame) {
+            let read = read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame);
+            if revoked_in(mem).is_some() {
+                // The frontend truncated its memory (the read saw zeros): forward and
+                // complete nothing; the worker drops the connection (vmirq_vhost::sigbus).
+                q.set_next_avail(start);
+                q.set_ready(false);
+                PortCounters::add(&c.queue_broken, 1);
+                end = BatchEnd::Stop;
+                break;
+            }
+            match read {
                 Ok(()) => {
                     let frame = &scratch.frame[HDR_LEN..];
                     match self.switch_frame(src, frame, dests, &mut scratch.rx) {
@@ -558,9 +597,15 @@ impl Fabric {
         retry: bool,
     ) -> Option<RxOutcome> {
         let slot = self.slots.get(dst)?;
+        if let Some(tap) = slot.tap.get() {
+            return Some(to_tap(tap, &slot.counters, frame));
+        }
         let a = dests.get(dst, || self.attached(dst))?;
         let c = &slot.counters;
         let mem = a.mem.memory();
+        if revoked_in(&mem).is_some() {
+            return None; // its frontend truncated its memory: the connection is going away
+        }
         let mut rx = a.rx.get_mut();
         if !rx.get_queue().ready() || !rx.is_enabled() {
             return None;
@@ -655,6 +700,26 @@ impl Fabric {
             if let Err(e) = done {
                 tracing::warn!(port = dst, error = %e, "receive notification failed");
             }
+        }
+    }
+}
+
+/// Hand `frame` to a tap port's kernel side (dropped and counted when it has no room).
+fn to_tap(tap: &Tap, c: &PortCounters, frame: &[u8]) -> RxOutcome {
+    match tap.send(frame) {
+        Ok(true) => {
+            PortCounters::add(&c.rx_frames, 1);
+            PortCounters::add(&c.rx_bytes, frame.len() as u64);
+            RxOutcome::Delivered(1)
+        }
+        Ok(false) => {
+            PortCounters::add(&c.rx_no_room, 1);
+            RxOutcome::TooBig
+        }
+        Err(e) => {
+            tracing::warn!(tap = tap.name(), error = %e, "tap write failed");
+            PortCounters::add(&c.rx_no_room, 1);
+            RxOutcome::TooBig
         }
     }
 }

@@ -166,19 +166,7 @@ impl Fabric {
                     PortCounters::add(&c.tx_no_destination, 1);
                     i += 1;
                 }
-                Route::Flood => {
-                    let descs = &b.descs[t.descs.clone()];
-                    if gather_frame(from, descs, &mut b.frame).is_err() {
-                        // The memory changed under the chain since it was checked.
-                        PortCounters::add(&c.tx_no_destination, 1);
-                    } else if let Sent::Wait =
-                        self.switch_frame(src, &b.frame, &mut b.dests, &mut b.rx)
-                    {
-                        return i;
-                    }
-                    i += 1;
-                }
-                Route::Port(dst) => {
+                Route::Port(dst) if !self.is_tap(dst) => {
                     let mut j = i + 1;
                     while j < n && b.taken[j].bad.is_none() && b.taken[j].route == t.route {
                         j += 1;
@@ -197,9 +185,28 @@ impl Fabric {
                         }
                     }
                 }
+                // A tap port has no receive ring to run frames into: its frames take the
+                // per-frame path, which writes them to the tap.
+                Route::Flood | Route::Port(_) => {
+                    let descs = &b.descs[t.descs.clone()];
+                    if gather_frame(from, descs, &mut b.frame).is_err() {
+                        // The memory changed under the chain since it was checked.
+                        PortCounters::add(&c.tx_no_destination, 1);
+                    } else if let Sent::Wait =
+                        self.switch_frame(src, &b.frame, &mut b.dests, &mut b.rx)
+                    {
+                        return i;
+                    }
+                    i += 1;
+                }
             }
         }
         n
+    }
+
+    /// Whether port `p` is a tap device (`--tap`), which has no receive ring.
+    fn is_tap(&self, p: usize) -> bool {
+        self.slots.get(p).is_some_and(|s| s.tap.get().is_some())
     }
 
     /// Frames `run` of the burst, all for `dst`, under one lock of its receive queue;

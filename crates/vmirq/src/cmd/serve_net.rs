@@ -14,10 +14,15 @@ use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
 /// Options of `vmirq serve-net`.
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// vhost-user unix socket of a port (repeat, in port order: two or more; an old file at
+    /// vhost-user unix socket of a port (repeat, in port order: with the taps, two or more ports; an old file at
     /// the path is replaced).
     #[arg(long = "socket", value_name = "PATH", required = true, num_args = 1)]
     sockets: Vec<PathBuf>,
+    /// A Linux tap device as a further port (repeat; ports after the sockets'): created, or
+    /// attached if it exists; IFF_TAP|IFF_NO_PI, bare Ethernet frames, no virtio-net header.
+    /// The interface is left down: bring it up with `ip link set NAME up`.
+    #[arg(long = "tap", value_name = "NAME")]
+    taps: Vec<String>,
     /// MAC address of a port's device (repeat, in port order; default 52:54:00:76:6e:NN).
     #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
     macs: Vec<Mac>,
@@ -66,6 +71,7 @@ fn parse_mac(s: &str) -> Result<Mac, String> {
 /// Serve until SIGINT/SIGTERM; print every port's counters at the end (and on SIGUSR1).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut cfg = ServerConfig::new(args.sockets);
+    cfg.taps = args.taps;
     cfg.macs = args.macs;
     cfg.switch = args.switch;
     cfg.queue_size = args.queue_size;
