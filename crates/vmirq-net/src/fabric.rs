@@ -174,6 +174,13 @@ impl Fabric {
         });
     }
 
+    /// Whether port `p`'s frontend has handed its vrings to the fabric (frames can reach
+    /// it from now on; its worker does that shortly after the connection is set up).
+    #[must_use]
+    pub fn is_attached(&self, p: usize) -> bool {
+        self.attached(p).is_some()
+    }
+
     /// Port `p` has a frontend with these vrings.
     pub fn attach(&self, p: usize, a: Attached) {
         if let Some(s) = self.slots.get(p) {
