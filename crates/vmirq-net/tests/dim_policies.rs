@@ -179,3 +179,48 @@ fn dim_loop_wakes_every_period_and_moderates_a_stream() {
     }
     server.stop();
 }
+
+/// A paced stream sent from a thread of its own (the wire, `RunConfig::wire_sender`): the
+/// client thread only receives, every frame arrives verified and none is lost, the stream's
+/// interrupts are the receiving port's alone, and `dim` holds most frames where `none` holds
+/// none. (How many interrupts each takes per packet is a benchmark's question, answered by
+/// `scripts/net-moderation.sh`; on a loaded machine the wire itself turns bursty.)
+#[test]
+fn a_paced_stream_from_the_wire_is_received_whole_and_moderated_by_dim() {
+    let paced = Workload::Stream {
+        frame_len: 1514,
+        // Low enough for a debug build on a loaded machine to keep up.
+        rate_pps: Some(20_000),
+    };
+    for moderation in ["none", "dim"] {
+        let (server, mut ports) = start(moderation);
+        let mut cfg = RunConfig::new(paced, Mode::Interrupt);
+        cfg.warmup = Duration::from_millis(100);
+        cfg.measure = Duration::from_millis(400);
+        cfg.drain_max = Duration::from_secs(2);
+        cfg.wire_sender = Some(None);
+        let r = run(&mut ports, &cfg).expect("workload runs");
+        let _ = writeln!(std::io::stderr(), "{moderation}: {}", r.summary());
+        let b = r.bulk.as_ref().expect("bulk report");
+        assert_eq!(r.lost(), 0, "lost frames: {}", r.summary());
+        assert_eq!(r.frame_errors.total(), 0, "frame errors: {}", r.summary());
+        assert_eq!(r.faults.total(), 0, "device faults: {}", r.summary());
+        assert_eq!(r.unsignalled, 0, "{}", r.summary());
+        assert_eq!(b.sent, b.received);
+        assert!(b.frames > 1_000, "too little traffic: {}", r.summary());
+        // The client's only port is the receiver: all its interrupts are the stream's.
+        assert_eq!(r.port_interrupts.len(), 1);
+        assert_eq!(b.interrupts, Some(r.interrupts));
+        assert!(r.interrupts > 0, "the client never slept: {}", r.summary());
+        for p in ports {
+            p.close().expect("rings stop");
+        }
+        let held = held_share(&server);
+        server.stop();
+        if moderation == "none" {
+            assert!(held < 0.01, "none held {held}");
+        } else {
+            assert!(held > 0.5, "dim held only {held}");
+        }
+    }
+}

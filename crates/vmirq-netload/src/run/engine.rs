@@ -3,6 +3,7 @@
 use super::flows::{response_to, BulkFlow, RrFlow};
 use super::paths::{is_hello, Hellos};
 use super::report::{FrameErrors, Snapshot, Totals};
+use super::wire::WireShared;
 use super::{os, port_err, Mode, Phase, Report, Result, RunConfig, RunError, BULK_FLOW, RR_FLOW};
 use crate::frame::{self, FrameError, Pattern, Probe};
 use crate::port::{Faults, NetPort};
@@ -11,7 +12,11 @@ use crate::workload::Workload;
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// Most rounds of the last look after a timed-out drain.
+const LAST_LOOK_ROUNDS: usize = 1024;
 
 pub(super) struct Engine<'a> {
     ports: &'a mut [NetPort],
@@ -30,7 +35,12 @@ pub(super) struct Engine<'a> {
     timer_wakeups: u64,
     /// Longest round, or longest oversleep past a timer: how long the client was away.
     stall_max_ns: u64,
+    /// Frames the last look after a timed-out drain found in the receive rings.
+    unsignalled: u64,
     hellos: Hellos,
+    /// The bulk stream's sender when it runs on its own thread (then `ports` are the
+    /// client's ports only, the workload's ports 1.. as 0..).
+    wire: Option<&'a WireShared>,
     /// Reused buffers of the hot path: eventfds to sleep on (port, is TX, fd), ports sent on.
     poll_set: Vec<(usize, bool, RawFd)>,
     touched: Vec<bool>,
@@ -44,18 +54,26 @@ impl<'a> Engine<'a> {
         cfg: &'a RunConfig,
         rtt: Histogram<u64>,
         hellos: Hellos,
+        wire: Option<&'a WireShared>,
     ) -> Self {
         let slack = ports
             .first()
             .map_or(256, |p| u64::from(p.tx_in_flight()) + p.tx_free() as u64);
+        // With a wire sender the client has no port 0: the stream arrives on its port 0
+        // (the workload's port 1), sent from elsewhere, and the client never paces it.
+        let shift = usize::from(wire.is_some());
+        let bulk_flow = |len: u32, rate: Option<u64>| {
+            if wire.is_some() {
+                BulkFlow::new(BULK_FLOW, 0, 0, len, None, slack)
+            } else {
+                BulkFlow::new(BULK_FLOW, 0, 1, len, rate, slack)
+            }
+        };
         let (bulk, rr) = match cfg.workload {
             Workload::Stream {
                 frame_len,
                 rate_pps,
-            } => (
-                Some(BulkFlow::new(BULK_FLOW, 0, 1, frame_len, rate_pps, slack)),
-                None,
-            ),
+            } => (Some(bulk_flow(frame_len, rate_pps)), None),
             Workload::Rr { frame_len, depth } => {
                 (None, Some(RrFlow::new(RR_FLOW, 0, 1, frame_len, depth, 0)))
             }
@@ -65,17 +83,14 @@ impl<'a> Engine<'a> {
                 msg_len,
                 msg_interval_us,
             } => {
-                let (c, s) = if ports.len() == 4 { (2, 3) } else { (0, 1) };
+                let (c, s) = if ports.len() + shift == 4 {
+                    (2 - shift, 3 - shift)
+                } else {
+                    (0, 1)
+                };
                 let interval = u64::from(msg_interval_us) * 1_000;
                 (
-                    Some(BulkFlow::new(
-                        BULK_FLOW,
-                        0,
-                        1,
-                        bulk_len,
-                        bulk_rate_pps,
-                        slack,
-                    )),
+                    Some(bulk_flow(bulk_len, bulk_rate_pps)),
                     Some(RrFlow::new(RR_FLOW, c, s, msg_len, 1, interval)),
                 )
             }
@@ -96,7 +111,9 @@ impl<'a> Engine<'a> {
             wakeups: 0,
             timer_wakeups: 0,
             stall_max_ns: 0,
+            unsignalled: 0,
             hellos,
+            wire,
             poll_set: Vec::new(),
             touched: Vec::new(),
             scratch: Vec::with_capacity(frame::FRAME_LEN_MAX as usize),
@@ -123,6 +140,7 @@ impl<'a> Engine<'a> {
         let mut end = Snapshot::default();
         loop {
             let now = self.now();
+            self.sync_wire();
             if phase == Phase::Warmup && now >= warm_end {
                 base = self.snapshot(now);
                 self.measuring = true;
@@ -136,7 +154,11 @@ impl<'a> Engine<'a> {
                 phase = Phase::Drain;
                 drain_end = now + dur_ns(self.cfg.drain_max);
             }
-            if phase == Phase::Drain && (self.settled() || now >= drain_end) {
+            if phase == Phase::Drain && self.settled() {
+                break;
+            }
+            if phase == Phase::Drain && now >= drain_end {
+                self.last_look(now)?;
                 break;
             }
             let busy = self.round(now)?;
@@ -284,7 +306,7 @@ impl<'a> Engine<'a> {
                 touched[c] = true;
             }
         }
-        if let Some(bulk) = self.bulk.as_mut() {
+        if let Some(bulk) = self.bulk.as_mut().filter(|_| self.wire.is_none()) {
             let (t, r) = (bulk.tx, bulk.rx);
             let window = self
                 .cfg
@@ -373,7 +395,48 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// The drain timed out with frames missing: look at the rings once more without
+    /// waiting. What turns up now had been written into a receive ring while the client
+    /// slept for a signal that never came (a lost notification, or a hold whose timer never
+    /// fired); what is still missing never reached a receive ring.
+    fn last_look(&mut self, now: u64) -> Result<()> {
+        let before = self.arrived();
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            p.rx_disable_cb().map_err(port_err(i))?;
+        }
+        // Bounded: no new traffic starts in the drain, so rounds find less and less.
+        for _ in 0..LAST_LOOK_ROUNDS {
+            if !self.round(now)? {
+                break;
+            }
+        }
+        self.unsignalled = self.arrived() - before;
+        if self.unsignalled > 0 {
+            tracing::warn!(
+                frames = self.unsignalled,
+                "frames waited in a receive ring through the whole drain without a signal"
+            );
+        }
+        Ok(())
+    }
+
+    /// Frames of every flow received so far (bulk frames and responses).
+    fn arrived(&self) -> u64 {
+        self.bulk.as_ref().map_or(0, |b| b.received) + self.rr.as_ref().map_or(0, |r| r.completed)
+    }
+
+    /// Copy the wire sender's counts into the bulk flow (the client only receives it).
+    fn sync_wire(&mut self) {
+        if let (Some(w), Some(b)) = (self.wire, self.bulk.as_mut()) {
+            b.sent = w.sent.load(Ordering::Acquire);
+            b.pace_slips = w.slips.load(Ordering::Relaxed);
+        }
+    }
+
     fn stop_traffic(&mut self) {
+        if let Some(w) = self.wire {
+            w.stop.store(true, Ordering::Release);
+        }
         if let Some(b) = self.bulk.as_mut() {
             b.active = false;
         }
@@ -383,7 +446,8 @@ impl<'a> Engine<'a> {
     }
 
     fn settled(&self) -> bool {
-        self.bulk.as_ref().is_none_or(|b| b.missing() == 0)
+        self.wire.is_none_or(|w| w.done.load(Ordering::Acquire))
+            && self.bulk.as_ref().is_none_or(|b| b.missing() == 0)
             && self.rr.as_ref().is_none_or(|r| r.in_flight() == 0)
             && self.pending.iter().all(VecDeque::is_empty)
     }
@@ -401,12 +465,15 @@ impl<'a> Engine<'a> {
         };
         for p in self.ports.iter_mut() {
             p.take_calls();
-            add_counters(&mut s.ports, &p.counters());
+            let c = p.counters();
+            s.port_calls.push(c.rx_calls + c.tx_calls);
+            add_counters(&mut s.ports, &c);
         }
         s
     }
 
-    fn report(&self, base: &Snapshot, end: &Snapshot) -> Report {
+    fn report(&mut self, base: &Snapshot, end: &Snapshot) -> Report {
+        self.sync_wire();
         let mut faults = Faults::default();
         for p in self.ports.iter() {
             add_faults(&mut faults, &p.counters().faults);
@@ -425,6 +492,7 @@ impl<'a> Engine<'a> {
             frame_errors: self.errors,
             faults,
             stall_max_ns: self.stall_max_ns,
+            unsignalled: self.unsignalled,
             hellos: self.hellos,
         };
         Report::build(base, end, &totals)
