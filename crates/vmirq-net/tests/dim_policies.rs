@@ -224,3 +224,46 @@ fn a_paced_stream_from_the_wire_is_received_whole_and_moderated_by_dim() {
         }
     }
 }
+
+/// Regression: in the mix, a request due while the bulk stream filled the client's TX ring
+/// made the client's every sleep time out at once (a spin of timer wakeups that took CPU
+/// from the switch and cost moderated runs a third of their throughput). The client now
+/// waits for its TX interrupt: it wakes by timeout about once per message interval at most.
+#[test]
+fn a_client_blocked_on_a_full_tx_ring_sleeps_instead_of_spinning() {
+    let server = common::start(2, |c| {
+        c.policies.moderation = "dim".parse().expect("moderation spec");
+    });
+    // A short TX ring, so that the bulk stream keeps it full even in a debug build.
+    let cfg = PortConfig {
+        rx_queue_size: 512,
+        tx_queue_size: 16,
+        tx_frame_max: 1514,
+        ..PortConfig::default()
+    };
+    let mut ports: Vec<NetPort> = (0..2)
+        .map(|i| {
+            NetPort::connect(&server.sockets[i], cfg, frame::port_mac(i), &Pattern::new())
+                .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"))
+        })
+        .collect();
+    let mix = Workload::Mix {
+        bulk_len: 1514,
+        bulk_rate_pps: None,
+        msg_len: 64,
+        msg_interval_us: 200,
+    };
+    let r = measure(&mut ports, mix, 400);
+    let seconds = r.measured_ns as f64 / 1e9;
+    let per_s = r.timer_wakeups as f64 / seconds;
+    // One request every 200 us: at most 5000 timed wakeups/s, plus the phase ends.
+    assert!(
+        per_s < 7_500.0,
+        "{per_s:.0} timer wakeups/s: {}",
+        r.summary()
+    );
+    for p in ports {
+        p.close().expect("rings stop");
+    }
+    server.stop();
+}
