@@ -57,6 +57,29 @@ impl ModerationSpec {
         }
     }
 
+    /// The same spec for a network device's transmit queue: a DIM spec (`dim`, `dim-loop`,
+    /// `dim-lat`) moves to net_dim's TX profile table (EQE 1-128 us at 128 packets, CQE
+    /// 5-64 us), as Linux drivers with TX DIM do, instead of holding transmit completions as
+    /// long as received packets (256 us at 256); every other spec is unchanged.
+    #[must_use]
+    pub fn for_tx_queue(self) -> Self {
+        match self {
+            Self::Dim(c) => Self::Dim(DimConfig {
+                dir: DimDirection::Tx,
+                ..c
+            }),
+            Self::DimLat(c) => Self::DimLat(DimConfig {
+                dir: DimDirection::Tx,
+                ..c
+            }),
+            Self::DimLoop(c) => Self::DimLoop(DimLoopConfig {
+                dir: DimDirection::Tx,
+                ..c
+            }),
+            other => other,
+        }
+    }
+
     /// A fresh policy instance (one per queue).
     #[must_use]
     pub fn build(&self) -> Moderation {

@@ -291,8 +291,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if lost > 0 {
         eprintln!(
-            "vmirq netload: {lost} frames lost over all runs (the peer found no free receive \
-             buffer; --window bounds the frames in flight)"
+            "vmirq netload: {lost} frames sent and not received by the end of a drain over all \
+             runs (testpmd's peer drops a frame when the receiver has no free buffer, --window \
+             bounds the frames in flight; serve-net never drops (its counters say dropped=0), so \
+             through serve-net these were still in flight: see UNSIGNALLED above and the \
+             per-port counters)"
         );
     }
     Ok(ExitCode::SUCCESS)
