@@ -11,8 +11,11 @@
 #      guest NIC's receive queue in the moderation talk), paced at RATE_PPS:
 #                                                   none vs dim vs dim-loop
 #   3. the same, unpaced (as fast as the wire thread and the switch go)
-#   4. mix on the same queue (bulk 0->1 plus a 64 B request/response 0<->1 every 200 us;
-#      the client sends both, so the wire sender does not apply): none vs dim vs dim-lat
+#   4. mix on the same queue (bulk 0->1 plus a 64 B request/response 0<->1 every 200 us),
+#      the client sends both: none vs dim vs dim-lat
+#   4w. the same queue with the wire as the far end: it sends the bulk to the client's port
+#      (paced at RATE_PPS) and answers the client's requests, so the guest's one receive
+#      queue carries both (the talk's case): none vs dim vs dim-lat
 #   5. mix on separate queues (4 ports: bulk 0->1 from the wire, paced at RATE_PPS, messages
 #      2<->3 on the client thread; the bulk's and the messages' interrupts counted apart):
 #                                                   none vs dim vs dim-lat
@@ -73,6 +76,8 @@ run "2. bulk stream 1514 B from the wire, paced at $RATE_PPS pps" --sender wire 
     --workload "stream:1514@$RATE_PPS" "${M2[@]}"
 run "3. bulk stream 1514 B from the wire, unpaced" --sender wire --workload stream:1514 "${M2[@]}"
 run "4. mix, same queue, bulk unpaced, client sends" --workload mix:1514+64/200 "${M3[@]}"
+run "4w. mix, same queue, the wire sends the bulk at $RATE_PPS pps and answers the messages" \
+    --sender wire --workload "mix:1514@$RATE_PPS+64/200" "${M3[@]}"
 run "5. mix, separate queues, bulk from the wire paced at $RATE_PPS pps" --ports 4 --sender wire \
     --workload "mix:1514@$RATE_PPS+64/200" "${M3[@]}"
 run "6. mix, separate queues, bulk unpaced, client sends" --ports 4 --workload mix:1514+64/200 "${M3[@]}"

@@ -5,7 +5,7 @@ use super::paths::{is_hello, Hellos};
 use super::report::{FrameErrors, Snapshot, Totals};
 use super::wire::WireShared;
 use super::{os, port_err, Mode, Phase, Report, Result, RunConfig, RunError, BULK_FLOW, RR_FLOW};
-use crate::frame::{self, FrameError, Pattern, Probe};
+use crate::frame::{self, FrameError, Mac, Pattern, Probe};
 use crate::port::{Faults, NetPort};
 use crate::virtio_net::feature_names;
 use crate::workload::Workload;
@@ -14,6 +14,18 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// The server index of a request/response flow answered by the wire.
+const REMOTE: usize = usize::MAX;
+
+/// The client's side of a wire sender.
+#[derive(Clone, Copy)]
+pub(super) struct WireLink<'a> {
+    /// Counts and flags shared with the wire thread.
+    pub shared: &'a WireShared,
+    /// The wire port's address.
+    pub remote: Mac,
+}
 
 /// Most rounds of the last look after a timed-out drain.
 const LAST_LOOK_ROUNDS: usize = 1024;
@@ -41,6 +53,8 @@ pub(super) struct Engine<'a> {
     /// The bulk stream's sender when it runs on its own thread (then `ports` are the
     /// client's ports only, the workload's ports 1.. as 0..).
     wire: Option<&'a WireShared>,
+    /// The wire's address (the server of the mix's messages on two ports).
+    remote: Option<Mac>,
     /// Reused buffers of the hot path: eventfds to sleep on (port, is TX, fd), ports sent on.
     poll_set: Vec<(usize, bool, RawFd)>,
     touched: Vec<bool>,
@@ -54,8 +68,9 @@ impl<'a> Engine<'a> {
         cfg: &'a RunConfig,
         rtt: Histogram<u64>,
         hellos: Hellos,
-        wire: Option<&'a WireShared>,
+        link: Option<WireLink<'a>>,
     ) -> Self {
+        let wire = link.map(|l| l.shared);
         let slack = ports
             .first()
             .map_or(256, |p| u64::from(p.tx_in_flight()) + p.tx_free() as u64);
@@ -83,10 +98,11 @@ impl<'a> Engine<'a> {
                 msg_len,
                 msg_interval_us,
             } => {
-                let (c, s) = if ports.len() + shift == 4 {
-                    (2 - shift, 3 - shift)
-                } else {
-                    (0, 1)
+                let (c, s) = match (ports.len() + shift, shift) {
+                    (4, _) => (2 - shift, 3 - shift),
+                    // Two ports with a wire: the client's one port asks, the wire answers.
+                    (_, 1) => (0, REMOTE),
+                    _ => (0, 1),
                 };
                 let interval = u64::from(msg_interval_us) * 1_000;
                 (
@@ -114,6 +130,7 @@ impl<'a> Engine<'a> {
             unsignalled: 0,
             hellos,
             wire,
+            remote: link.map(|l| l.remote),
             poll_set: Vec::new(),
             touched: Vec::new(),
             scratch: Vec::with_capacity(frame::FRAME_LEN_MAX as usize),
@@ -298,7 +315,10 @@ impl<'a> Engine<'a> {
                     break;
                 }
                 let probe = rr.next_request(now);
-                let mac = self.ports[s].mac();
+                let mac = match self.ports.get(s) {
+                    Some(p) => p.mac(),
+                    None => self.remote.unwrap_or_default(),
+                };
                 self.ports[c]
                     .send(&probe, mac, &self.pattern)
                     .map_err(port_err(c))?;

@@ -52,8 +52,8 @@ pub enum RunError {
     /// Sleeping on the eventfds failed.
     #[error("waiting for call eventfds")]
     Wait(#[source] std::io::Error),
-    /// A wire sender needs port 0 to carry the bulk stream alone.
-    #[error("a wire sender needs `stream` or `mix` on 4 ports (port 0 sends the bulk alone)")]
+    /// A wire sender needs a bulk stream.
+    #[error("a wire sender needs `stream` or `mix`")]
     WireSender,
     /// The wire sender's thread could not start.
     #[error("starting the wire sender")]
@@ -121,8 +121,8 @@ pub struct RunConfig {
     pub bulk_window: Option<u64>,
     /// Send the bulk stream from a thread of its own ([`wire`]: another host on the wire)
     /// pinned to this CPU (`Some(None)`: unpinned), so that the client thread only receives
-    /// it; `None`: the client thread sends it. Needs port 0 to carry the stream alone:
-    /// `stream`, or `mix` on four ports.
+    /// it; `None`: the client thread sends it. `stream` or `mix`; in the mix on two ports
+    /// the wire also answers the client's requests (its port 0 is the far end).
     pub wire_sender: Option<Option<usize>>,
 }
 
@@ -190,9 +190,12 @@ pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
             bulk_len,
             bulk_rate_pps,
             ..
-        } if ports.len() == 4 => (bulk_len, bulk_rate_pps),
-        _ => return Err(RunError::WireSender),
+        } => (bulk_len, bulk_rate_pps),
+        Workload::Rr { .. } => return Err(RunError::WireSender),
     };
+    // The mix on two ports: the wire also answers the client's requests (same queue).
+    let answer = matches!(cfg.workload, Workload::Mix { .. }) && ports.len() == 2;
+    let remote = ports[0].mac();
     let dst = ports[1].mac();
     let (sender, client) = ports.split_at_mut(1);
     let sender = &mut sender[0];
@@ -204,12 +207,19 @@ pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
         let wire = std::thread::Builder::new()
             .name("netload-wire".into())
             .spawn_scoped(s, || {
-                wire::send(sender, flow, dst, &pattern, &shared, wire_cpu)
+                wire::send(sender, flow, dst, &pattern, &shared, wire_cpu, answer)
             })
             .map_err(RunError::Thread)?;
-        let report = engine::Engine::new(client, cfg, rtt, hellos, Some(&shared)).run();
+        let link = engine::WireLink {
+            shared: &shared,
+            remote,
+        };
+        let report = engine::Engine::new(client, cfg, rtt, hellos, Some(link)).run();
         shared
             .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        shared
+            .quit
             .store(true, std::sync::atomic::Ordering::Release);
         let sent = wire.join().map_err(|_| RunError::WirePanicked)?;
         let report = report?;
