@@ -274,3 +274,40 @@ fn a_client_blocked_on_a_full_tx_ring_sleeps_instead_of_spinning() {
     }
     server.stop();
 }
+
+/// The mix on one queue with the wire as the far end: the wire sends the stream to the
+/// client's port and answers the client's requests, so the client's one receive queue
+/// carries both. Every frame and every transaction completes; `dim-lat` lets the responses
+/// through while it holds the stream.
+#[test]
+fn the_wire_serves_a_stream_and_answers_messages_on_one_queue() {
+    let (server, mut ports) = start("dim-lat");
+    let mix = Workload::Mix {
+        bulk_len: 1514,
+        bulk_rate_pps: Some(20_000),
+        msg_len: 64,
+        msg_interval_us: 200,
+    };
+    let mut cfg = RunConfig::new(mix, Mode::Interrupt);
+    cfg.warmup = Duration::from_millis(100);
+    cfg.measure = Duration::from_millis(400);
+    cfg.drain_max = Duration::from_secs(2);
+    cfg.wire_sender = Some(None);
+    let r = run(&mut ports, &cfg).expect("workload runs");
+    let _ = writeln!(std::io::stderr(), "{}", r.summary());
+    let (b, t) = (r.bulk.expect("bulk"), r.rr.expect("rr"));
+    assert_eq!(r.lost(), 0, "{}", r.summary());
+    assert_eq!(r.frame_errors.total(), 0, "{}", r.summary());
+    assert_eq!((t.unexpected, r.unsignalled), (0, 0), "{}", r.summary());
+    assert_eq!(b.sent, b.received);
+    assert!(t.transactions >= 10 && b.frames > 1_000, "{}", r.summary());
+    // One queue carries both flows: neither has interrupts of its own.
+    assert_eq!((b.interrupts, t.interrupts), (None, None));
+    assert_eq!(r.port_interrupts.len(), 1);
+    for p in ports {
+        p.close().expect("rings stop");
+    }
+    let (rx, _) = server.handle.queue_counters(1).expect("port 1");
+    server.stop();
+    assert!(rx.held > b.received / 2, "stream not held: {rx:?}");
+}
