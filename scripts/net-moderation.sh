@@ -10,6 +10,7 @@
 #      sends, the client thread on CPU 0 only receives and sleeps on its interrupts, as a
 #      guest NIC's receive queue in the moderation talk), paced at RATE_PPS:
 #                                                   none vs dim vs dim-loop
+#   2q. the same at a quarter of RATE_PPS (the rate of the loaded-machine runs in results/)
 #   3. the same, unpaced (as fast as the wire thread and the switch go)
 #   4. mix on the same queue (bulk 0->1 plus a 64 B request/response 0<->1 every 200 us),
 #      the client sends both: none vs dim vs dim-lat
@@ -74,6 +75,8 @@ M3=(--vmirq-moderation none --vmirq-moderation dim --vmirq-moderation dim-lat)
 run "1. bulk stream 1514 B, unpaced, client sends" --workload stream:1514 "${M2[@]}"
 run "2. bulk stream 1514 B from the wire, paced at $RATE_PPS pps" --sender wire \
     --workload "stream:1514@$RATE_PPS" "${M2[@]}"
+run "2q. bulk stream 1514 B from the wire, paced at $((RATE_PPS / 4)) pps (a quarter)" --sender wire \
+    --workload "stream:1514@$((RATE_PPS / 4))" "${M2[@]}"
 run "3. bulk stream 1514 B from the wire, unpaced" --sender wire --workload stream:1514 "${M2[@]}"
 run "4. mix, same queue, bulk unpaced, client sends" --workload mix:1514+64/200 "${M3[@]}"
 run "4w. mix, same queue, the wire sends the bulk at $RATE_PPS pps and answers the messages" \
