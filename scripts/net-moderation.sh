@@ -47,6 +47,7 @@ fi
 [ -x "$BIN" ] || { echo "no $BIN (build it or unset NO_BUILD)" >&2; exit 1; }
 
 mkdir -p "$(dirname "$OUT")"
+: >"$OUT.log"
 {
     echo "# serve-net moderation comparisons (scripts/net-moderation.sh), repeat $REPEAT, ${SECS} s per run"
     echo "# $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+dirty')"
