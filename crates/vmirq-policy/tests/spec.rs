@@ -190,8 +190,8 @@ fn contention_specs_parse_round_trip_and_refuse_nonsense() {
 }
 
 /// A network transmit queue runs a DIM spec on net_dim's TX table (EQE: 128 us at 128
-/// packets at most), the receive queue on the RX table (256 us at 256); other specs are the
-/// same on both.
+/// packets at most), the receive queue on the RX table (256 us at 256); `dim-loop`'s loop
+/// runs on the receive queue only; other specs are the same on both.
 #[test]
 fn dim_specs_take_the_tx_table_on_transmit_queues() {
     use vmirq_policy::moderation::Knob;
@@ -221,6 +221,11 @@ fn dim_specs_take_the_tx_table_on_transmit_queues() {
             );
         }
     }
+    // One control loop per port: the receive queue's; the transmit queue runs DIM in path.
+    let lp: ModerationSpec = "dim-loop:period_ms=5".parse().expect("valid");
+    assert!(lp.build().control_loop().is_some());
+    assert!(lp.for_tx_queue().build().control_loop().is_none());
+    assert_eq!(lp.for_tx_queue().name(), "dim");
     for spec in ["none", "count:usecs=50,frames=32", "vic", "budget"] {
         let m: ModerationSpec = spec.parse().expect("valid");
         assert_eq!(m.for_tx_queue(), m, "{spec}");
