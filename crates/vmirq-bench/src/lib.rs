@@ -25,6 +25,7 @@ pub mod guest;
 pub mod knob;
 pub mod kvm;
 pub mod machine;
+pub mod net;
 pub mod plan;
 pub mod progress;
 pub mod report;

@@ -107,9 +107,15 @@ fn results_section(page: &mut Page, doc: &Document) {
 pub fn render(doc: &Document) -> String {
     let mut page = Page::new("vmirq bench");
     header(&mut page, doc);
-    headline_section(&mut page, doc);
-    plot_sections(&mut page, doc);
-    results_section(&mut page, doc);
+    // A network-only run (`--net`) has no block cells: only its own section.
+    if !doc.cells.is_empty() || doc.net.is_none() {
+        headline_section(&mut page, doc);
+        plot_sections(&mut page, doc);
+        results_section(&mut page, doc);
+    }
+    if let Some(net) = &doc.net {
+        crate::net::report::render_html(net, &mut page);
+    }
     page.finish()
 }
 
@@ -184,6 +190,7 @@ mod tests {
             knob_series: vec![knob],
             notices: vec!["vmirq:vic bursty: failed <boom>".into()],
             kvm: crate::kvm::KvmSection::skipped("no <kvm> here"),
+            net: None,
         }
     }
 

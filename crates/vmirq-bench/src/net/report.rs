@@ -1,0 +1,228 @@
+//! Rendering the network section: one table per job (a row per target, median [min..max]
+//! over repetitions, ratios to testpmd paired by repetition), the same table for the
+//! terminal and the HTML report, and a headline of vmirq's ratios per job.
+
+use super::results::{NetCell, PEER};
+use super::NetSection;
+use crate::stats::Spread;
+use vmirq_report::{Cell, Page, Table, Tone};
+
+fn num(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn spread(s: Spread, scale: f64) -> String {
+    format!(
+        "{} [{}..{}]",
+        num(s.median / scale),
+        num(s.min / scale),
+        num(s.max / scale)
+    )
+}
+
+/// A ratio cell, green when better than the peer by more than 2 %, red when worse.
+fn ratio(s: Option<Spread>, higher_is_better: bool) -> Cell {
+    let Some(s) = s else {
+        return Cell::new("-", Tone::Muted);
+    };
+    let better = if higher_is_better {
+        s.median > 1.02
+    } else {
+        s.median < 0.98
+    };
+    let worse = if higher_is_better {
+        s.median < 0.98
+    } else {
+        s.median > 1.02
+    };
+    let tone = if better {
+        Tone::Good
+    } else if worse {
+        Tone::Bad
+    } else {
+        Tone::Plain
+    };
+    Cell::new(
+        format!("{:.3}x [{:.3}..{:.3}]", s.median, s.min, s.max),
+        tone,
+    )
+}
+
+const HEADER: &[&str] = &[
+    "target",
+    "packets/s",
+    "Gbit/s",
+    "RTT p50 us",
+    "RTT p99 us",
+    "interrupts/pkt",
+    "client CPU ns/pkt",
+    "backend CPU ns/pkt",
+    "lost",
+    "pps vs testpmd",
+    "p50 vs testpmd",
+    "p99 vs testpmd",
+    "irq/pkt vs testpmd",
+    "CPU/pkt vs testpmd",
+];
+
+fn row(c: &NetCell) -> Vec<Cell> {
+    if c.repetitions == 0 {
+        // The error goes last so that it widens no number column of the terminal table.
+        let mut r = vec![
+            Cell::from(c.target.as_str()),
+            Cell::new("failed", Tone::Bad),
+        ];
+        r.resize(HEADER.len() - 1, Cell::from(""));
+        let error: String = c
+            .errors
+            .first()
+            .map_or("", String::as_str)
+            .chars()
+            .take(100)
+            .collect();
+        r.push(Cell::new(error, Tone::Bad));
+        return r;
+    }
+    let opt = |s: Option<Spread>, scale: f64| s.map_or_else(String::new, |s| spread(s, scale));
+    let vs = c.vs_peer.unwrap_or_default();
+    let peer = c.target == PEER;
+    let r = |s, hi| {
+        if peer {
+            Cell::new("1 (peer)", Tone::Muted)
+        } else {
+            ratio(s, hi)
+        }
+    };
+    vec![
+        Cell::new(c.target.clone(), Tone::Strong),
+        spread(c.pps, 1.0).into(),
+        spread(c.gbit_s, 1.0).into(),
+        opt(c.rtt_p50_ns, 1e3).into(),
+        opt(c.rtt_p99_ns, 1e3).into(),
+        spread(c.interrupts_per_packet, 1.0).into(),
+        spread(c.client_cpu_ns_per_packet, 1.0).into(),
+        opt(c.backend_cpu_ns_per_packet, 1.0).into(),
+        Cell::new(
+            c.lost.to_string(),
+            if c.lost > 0 { Tone::Muted } else { Tone::Plain },
+        ),
+        r(vs.pps, true),
+        r(vs.rtt_p50, false),
+        r(vs.rtt_p99, false),
+        r(vs.interrupts_per_packet, false),
+        r(vs.cpu_ns_per_packet, false),
+    ]
+}
+
+/// The table of one job.
+#[must_use]
+pub fn job_table(section: &NetSection, job: &str) -> Table {
+    let mut t = Table::new(HEADER).left_aligned(1);
+    for c in section.cells.iter().filter(|c| c.job == job) {
+        t.row(row(c));
+    }
+    t
+}
+
+/// One line per vmirq target and job: its ratios to testpmd.
+#[must_use]
+pub fn headline(section: &NetSection) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in section.cells.iter().filter(|c| c.target != PEER) {
+        let Some(v) = c.vs_peer else { continue };
+        let mut parts = Vec::new();
+        let mut push = |name: &str, s: Option<Spread>| {
+            if let Some(s) = s {
+                parts.push(format!(
+                    "{name} {:.3}x [{:.3}..{:.3}]",
+                    s.median, s.min, s.max
+                ));
+            }
+        };
+        push("packets/s", v.pps);
+        push("RTT p50", v.rtt_p50);
+        push("RTT p99", v.rtt_p99);
+        push("interrupts/packet", v.interrupts_per_packet);
+        push("CPU/packet", v.cpu_ns_per_packet);
+        out.push(format!(
+            "{} / {PEER}, {} ({} paired repetitions): {}",
+            c.target,
+            c.job,
+            v.pairs,
+            parts.join(", ")
+        ));
+    }
+    out
+}
+
+const NOTE: &str = "Client: vmirq-netload's virtio-net driver (VERSION_1, MRG_RXBUF with 2 KiB \
+    receive buffers, EVENT_IDX, 256-entry rings) on CPU 0; poll jobs spin on the used rings \
+    like a DPDK driver, interrupt jobs sleep on the call eventfds like a guest's NAPI. \
+    Devices forward port 0 <-> 1 on CPU 1 (testpmd's and OVS's polling core; serve-net's \
+    threads pinned there). Streams send as fast as the rings allow; rr is one 64-byte \
+    request/response in flight (TCP_RR-like). Median [min..max] over repetitions; ratios to \
+    testpmd pair runs of the same repetition. CPU/pkt: client thread plus the backend's \
+    process (all threads) over the measured window; a polling peer's core is busy whatever \
+    the rate. Lost: frames a device dropped for lack of receive buffers (serve-net holds \
+    them in the sender's ring instead).";
+
+/// The terminal form.
+#[must_use]
+pub fn render_text(section: &NetSection) -> String {
+    let mut s = format!(
+        "network ({}): {} repetitions, {} ms warm-up + {} ms measured per run; targets {}\n",
+        section.preset,
+        section.repetitions,
+        section.warmup_ms,
+        section.measure_ms,
+        section.targets.join(", ")
+    );
+    for job in &section.jobs {
+        s.push_str(&format!("\n{job}\n"));
+        s.push_str(&job_table(section, job).to_text());
+    }
+    let lines = headline(section);
+    if !lines.is_empty() {
+        s.push_str("\nvmirq against testpmd's vhost PMD (same run):\n");
+        for l in lines {
+            s.push_str(&format!("  {l}\n"));
+        }
+    }
+    for n in &section.notices {
+        s.push_str(&format!("notice: {n}\n"));
+    }
+    s
+}
+
+/// The HTML section.
+pub fn render_html(section: &NetSection, page: &mut Page) {
+    page.section("Network: vmirq serve-net against testpmd's vhost PMD");
+    page.paragraph(&format!(
+        "Preset {}: {} repetitions, {} ms warm-up + {} ms measured per run; targets {}.",
+        section.preset,
+        section.repetitions,
+        section.warmup_ms,
+        section.measure_ms,
+        section.targets.join(", ")
+    ));
+    let lines = headline(section);
+    if !lines.is_empty() {
+        page.list(&lines, false);
+    }
+    if !section.notices.is_empty() {
+        page.list(&section.notices, true);
+    }
+    page.note(NOTE);
+    for job in &section.jobs {
+        page.subsection(job);
+        page.table(&job_table(section, job));
+    }
+}
