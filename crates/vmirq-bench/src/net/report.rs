@@ -226,3 +226,64 @@ pub fn render_html(section: &NetSection, page: &mut Page) {
         page.table(&job_table(section, job));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::plan::{NetPlan, NetPreset};
+    use crate::net::results::{finalize, NetMetrics};
+
+    fn section() -> NetSection {
+        let plan = NetPlan::preset(NetPreset::Tiny, false);
+        let mut cells = Vec::new();
+        for job in &plan.jobs {
+            for (target, pps) in [(PEER, 1000.0), ("vmirq", 500.0), ("vmirq:dim", 0.0)] {
+                let mut c = NetCell::new(target.into(), job, 2);
+                if pps > 0.0 {
+                    let m = NetMetrics {
+                        packets: 10,
+                        pps,
+                        rtt_p50_ns: Some(2_000),
+                        rtt_p99_ns: Some(9_000),
+                        interrupts_per_packet: 0.5,
+                        cpu_ns_per_packet: 300.0,
+                        ..NetMetrics::default()
+                    };
+                    c.runs = vec![Some(m), Some(m)];
+                } else {
+                    c.errors.push("vmirq:dim: <boom>\nsecond line".into());
+                }
+                cells.push(c);
+            }
+        }
+        finalize(&mut cells);
+        NetSection {
+            preset: "net-tiny".into(),
+            repetitions: 2,
+            warmup_ms: 1,
+            measure_ms: 2,
+            targets: vec![PEER.into(), "vmirq".into(), "vmirq:dim".into()],
+            jobs: plan
+                .jobs
+                .iter()
+                .map(crate::net::plan::NetJob::name)
+                .collect(),
+            cells,
+            notices: vec!["ovs-dpdk left out: <reason>".into()],
+        }
+    }
+
+    #[test]
+    fn renders_ratios_failures_and_escapes_html() {
+        let s = section();
+        let text = render_text(&s);
+        assert!(text.contains("vmirq / testpmd, stream-64/poll (2 paired repetitions): packets/s 0.500x [0.500..0.500]"), "{text}");
+        assert!(text.contains("failed"));
+        let mut page = Page::new("t");
+        render_html(&s, &mut page);
+        let html = page.finish();
+        vmirq_report::check::page(&html).expect("well-formed");
+        assert!(html.contains("&lt;boom&gt;") && !html.contains("<boom>"));
+        assert!(html.contains("rr-64/interrupt"));
+    }
+}

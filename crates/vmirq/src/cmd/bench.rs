@@ -1,6 +1,7 @@
 //! `vmirq bench`: side-by-side benchmark of `vmirq serve` policies, qemu-storage-daemon and
 //! bare io_uring, driven by libblkio (library `vmirq-bench`), or with `--guest` by fio in a
-//! real Linux guest. This module only maps options.
+//! real Linux guest, or with `--net` the network workloads (vmirq-netload against serve-net,
+//! testpmd and Open vSwitch). This module only maps options.
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
@@ -55,7 +56,7 @@ pub struct Args {
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with_all = ["quick", "full", "targets", "reps", "measure_ms", "no_peer", "no_kvm", "json", "guest"]
+        conflicts_with_all = ["quick", "full", "targets", "reps", "measure_ms", "no_peer", "no_kvm", "json", "guest", "net"]
     )]
     from_json: Option<PathBuf>,
     /// Run fio inside a real Linux guest (QEMU, KVM if it can run one, else TCG) against
