@@ -166,10 +166,11 @@ pub fn run_net(
     progress: &dyn Progress,
 ) -> Document {
     let started = Instant::now();
+    let machine = Machine::describe(None);
     let net = crate::net::run(opts, setup, progress);
     Document {
         revision: git_revision(),
-        machine: Machine::describe(None),
+        machine,
         run: RunInfo {
             preset: net.preset.clone(),
             command: command.to_owned(),

@@ -191,7 +191,7 @@ pub fn render_text(section: &NetSection) -> String {
     }
     let lines = headline(section);
     if !lines.is_empty() {
-        s.push_str("\nvmirq against testpmd's vhost PMD (same run):\n");
+        s.push_str("\nagainst testpmd's vhost PMD (same run, paired by repetition):\n");
         for l in lines {
             s.push_str(&format!("  {l}\n"));
         }

@@ -102,7 +102,15 @@ fn run_job(
         run,
         port: PortConfig::default(),
     };
-    let result = bench(&cfg, |_| {}).map_err(|e| chain(&e))?;
+    // vmirq-netload pins the thread that runs the client: a thread of its own, so that the
+    // bench's main thread (which starts the next targets, and whose affinity their helper
+    // processes inherit) stays unpinned.
+    let result = std::thread::scope(|s| {
+        s.spawn(|| bench(&cfg, |_| {}))
+            .join()
+            .map_err(|_| "the client thread panicked".to_string())
+    })?
+    .map_err(|e| chain(&e))?;
     let report = result
         .runs
         .first()
