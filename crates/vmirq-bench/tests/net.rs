@@ -69,6 +69,14 @@ fn net_tiny_preset_against_testpmd() {
             assert!(pps > 0.0, "{target} {job}: no packets");
             assert!(c["runs"][0]["packets"].as_u64().unwrap_or(0) > 0);
             assert!(c["cpu_ns_per_packet"]["median"].as_f64().unwrap_or(0.0) > 0.0);
+            // Both devices merge receive buffers (what 9000-byte frames need).
+            assert!(
+                c["features"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "MRG_RXBUF")),
+                "{target}: {}",
+                c["features"]
+            );
         }
         let vm = net_cell(&json, "vmirq", job);
         let ratio = vm["vs_peer"]["pps"]["median"].as_f64().unwrap_or(0.0);

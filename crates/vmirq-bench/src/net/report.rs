@@ -174,6 +174,26 @@ const NOTE: &str = "Client: vmirq-netload's virtio-net driver (VERSION_1, MRG_RX
     the rate. Lost: frames a device dropped for lack of receive buffers (serve-net holds \
     them in the sender's ring instead).";
 
+/// One line per target: what ran and the virtio features the client negotiated with it.
+#[must_use]
+pub fn devices(section: &NetSection) -> Vec<String> {
+    section
+        .targets
+        .iter()
+        .filter_map(|t| {
+            let c = section
+                .cells
+                .iter()
+                .find(|c| &c.target == t && !c.describe.is_empty())?;
+            Some(format!(
+                "{t}: {} (features: {})",
+                c.describe,
+                c.features.join(" ")
+            ))
+        })
+        .collect()
+}
+
 /// The terminal form.
 #[must_use]
 pub fn render_text(section: &NetSection) -> String {
@@ -185,6 +205,9 @@ pub fn render_text(section: &NetSection) -> String {
         section.measure_ms,
         section.targets.join(", ")
     );
+    for d in devices(section) {
+        s.push_str(&format!("  {d}\n"));
+    }
     for job in &section.jobs {
         s.push_str(&format!("\n{job}\n"));
         s.push_str(&job_table(section, job).to_text());
@@ -221,6 +244,7 @@ pub fn render_html(section: &NetSection, page: &mut Page) {
         page.list(&section.notices, true);
     }
     page.note(NOTE);
+    page.list(&devices(section), false);
     for job in &section.jobs {
         page.subsection(job);
         page.table(&job_table(section, job));

@@ -127,6 +127,10 @@ pub struct NetCell {
     pub vs_peer: Option<NetVsPeer>,
     /// The device's command line or configuration (first repetition).
     pub describe: String,
+    /// virtio features the client negotiated with the device (first successful run), e.g.
+    /// `MRG_RXBUF` where the device merges receive buffers.
+    #[serde(default)]
+    pub features: Vec<String>,
     /// Every repetition, in run order (`None` where it failed).
     pub runs: Vec<Option<NetMetrics>>,
     /// Errors of failed repetitions.
@@ -161,6 +165,7 @@ impl NetCell {
             frame_errors: 0,
             vs_peer: None,
             describe: String::new(),
+            features: Vec::new(),
             runs: vec![None; reps],
             errors: Vec::new(),
         }

@@ -1,7 +1,7 @@
 //! Runs a [`NetPlan`]: in every repetition each target is started once (a fresh process),
 //! runs every job with a fresh client connection (vmirq-netload's session, one run each),
-//! and is stopped; targets alternate within a repetition so that the machine's noise hits
-//! them alike, and ratios pair runs of the same repetition. A failed start or run is recorded
+//! and is stopped; targets alternate within a repetition (their order rotating from one
+//! repetition to the next) so that the machine's noise hits them alike, and ratios pair runs of the same repetition. A failed start or run is recorded
 //! in its cells and reported, never fatal.
 
 use super::plan::{NetJob, NetPlan};
@@ -34,7 +34,11 @@ pub fn run_plan(
     let mut notices = Vec::new();
     progress.begin(plan.runs());
     for rep in 0..reps {
-        for (ti, target) in plan.targets.iter().enumerate() {
+        // The order rotates per repetition, so no target always runs first (or right after
+        // a given other one).
+        let n = plan.targets.len();
+        for ti in (0..n).map(|k| (k + rep) % n) {
+            let target = &plan.targets[ti];
             let tag = format!("rep{rep}-t{ti}");
             let running = match NetRunning::start(target, setup, &tag) {
                 Ok(r) => r,
@@ -58,7 +62,12 @@ pub fn run_plan(
                     cell.describe.clone_from(&running.describe);
                 }
                 match run_job(plan, setup, job, &running) {
-                    Ok(m) => cell.runs[rep] = Some(m),
+                    Ok((m, features)) => {
+                        if cell.features.is_empty() {
+                            cell.features = features;
+                        }
+                        cell.runs[rep] = Some(m);
+                    }
                     Err(e) => {
                         let text = format!("{target} {}: repetition {rep}: {e}", job.name());
                         progress.notice(&text);
@@ -84,7 +93,7 @@ fn run_job(
     setup: &NetSetup,
     job: &NetJob,
     running: &NetRunning,
-) -> Result<NetMetrics, String> {
+) -> Result<(NetMetrics, Vec<String>), String> {
     let mut run = run_config(plan.measure);
     run.warmup = plan.warmup;
     run.drain_max = DRAIN;
@@ -123,7 +132,8 @@ fn run_job(
             report.rr.map_or(0, |r| r.lost)
         ));
     }
-    Ok(NetMetrics::of(report))
+    let features = report.features.iter().map(|f| (*f).to_owned()).collect();
+    Ok((NetMetrics::of(report), features))
 }
 
 /// An error and its sources on one line.
