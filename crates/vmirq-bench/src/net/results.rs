@@ -217,7 +217,13 @@ impl NetCell {
             pps: ratios(&|m| Some(m.pps)),
             rtt_p50: ratios(&|m| m.rtt_p50_ns.map(as_f64)),
             rtt_p99: ratios(&|m| m.rtt_p99_ns.map(as_f64)),
-            interrupts_per_packet: ratios(&|m| Some(m.interrupts_per_packet)),
+            // A polling client turns callbacks off: its few interrupts (path probes, the
+            // first round) say nothing about the device, so poll jobs get no ratio.
+            interrupts_per_packet: if self.client_mode == "poll" {
+                None
+            } else {
+                ratios(&|m| Some(m.interrupts_per_packet))
+            },
             cpu_ns_per_packet: ratios(&|m| Some(m.cpu_ns_per_packet)),
         });
     }

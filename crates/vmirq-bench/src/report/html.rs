@@ -301,7 +301,16 @@ mod tests {
                 let page = render(&doc);
                 vmirq_report::check::page(&page)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                assert!(page.contains("<h2 id=\"headline\""));
+                if doc.net.is_some() && doc.cells.is_empty() {
+                    // A network run (`--net`): its own section instead of the block headline.
+                    assert!(
+                        page.contains("Network: vmirq serve-net"),
+                        "{}",
+                        path.display()
+                    );
+                } else {
+                    assert!(page.contains("<h2 id=\"headline\""));
+                }
                 seen += 1;
             }
         }
