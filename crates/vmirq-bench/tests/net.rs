@@ -56,6 +56,8 @@ fn net_tiny_preset_against_testpmd() {
     let json: serde_json::Value = serde_json::from_str(&text).expect("parse");
     let net = doc.net.as_ref().expect("net section");
     assert_eq!(net.targets, ["testpmd", "vmirq"]);
+    assert_eq!(net.versus.len(), 1);
+    assert!(net.versus[0].pps_geomean > 0.0 && net.versus[0].jobs == 2);
     for job in ["stream-64/poll", "rr-64/interrupt"] {
         for target in ["testpmd", "vmirq"] {
             let c = net_cell(&json, target, job);

@@ -101,6 +101,9 @@ pub struct NetSection {
     pub jobs: Vec<String>,
     /// Every cell (job-major, then target).
     pub cells: Vec<NetCell>,
+    /// Every vmirq target (and OVS) against testpmd over all jobs.
+    #[serde(default)]
+    pub versus: Vec<results::NetVersus>,
     /// Skipped targets and failed runs.
     pub notices: Vec<String>,
 }
@@ -158,12 +161,14 @@ pub fn run(opts: &NetOptions, setup: &NetSetup, progress: &dyn Progress) -> NetS
     }
     let (cells, run_notices) = runner::run_plan(&plan, setup, progress);
     notices.extend(run_notices);
+    let targets: Vec<String> = plan.targets.iter().map(ToString::to_string).collect();
     NetSection {
+        versus: results::versus(&cells, &targets),
         preset: preset_name(opts.preset).to_owned(),
         repetitions: plan.repetitions,
         warmup_ms: u64::try_from(plan.warmup.as_millis()).unwrap_or(u64::MAX),
         measure_ms: u64::try_from(plan.measure.as_millis()).unwrap_or(u64::MAX),
-        targets: plan.targets.iter().map(ToString::to_string).collect(),
+        targets,
         jobs: plan.jobs.iter().map(plan::NetJob::name).collect(),
         cells,
         notices,

@@ -132,10 +132,26 @@ pub fn job_table(section: &NetSection, job: &str) -> Table {
     t
 }
 
-/// One line per vmirq target and job: its ratios to testpmd.
+/// One line per target over every job, then one per target and job: ratios to testpmd.
 #[must_use]
 pub fn headline(section: &NetSection) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out: Vec<String> = section
+        .versus
+        .iter()
+        .map(|v| {
+            format!(
+                "{} / {PEER} over {} jobs: packets/s geometric mean {:.3}x [{:.3}..{:.3}], \
+                 CPU/packet median {}",
+                v.target,
+                v.jobs,
+                v.pps_geomean,
+                v.pps.min,
+                v.pps.max,
+                v.cpu_median
+                    .map_or_else(|| "-".to_string(), |c| format!("{c:.3}x"))
+            )
+        })
+        .collect();
     for c in section.cells.iter().filter(|c| c.target != PEER) {
         let Some(v) = c.vs_peer else { continue };
         let mut parts = Vec::new();
@@ -287,6 +303,10 @@ mod tests {
             warmup_ms: 1,
             measure_ms: 2,
             targets: vec![PEER.into(), "vmirq".into(), "vmirq:dim".into()],
+            versus: crate::net::results::versus(
+                &cells,
+                &[PEER.into(), "vmirq".into(), "vmirq:dim".into()],
+            ),
             jobs: plan
                 .jobs
                 .iter()
@@ -303,6 +323,10 @@ mod tests {
         let text = render_text(&s);
         assert!(text.contains("vmirq / testpmd, stream-64/poll (2 paired repetitions): packets/s 0.500x [0.500..0.500]"), "{text}");
         assert!(text.contains("failed"));
+        assert!(
+            text.contains("vmirq / testpmd over 2 jobs: packets/s geometric mean 0.500x"),
+            "{text}"
+        );
         let mut page = Page::new("t");
         render_html(&s, &mut page);
         let html = page.finish();

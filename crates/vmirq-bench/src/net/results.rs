@@ -283,7 +283,60 @@ mod tests {
         assert_eq!((p50.min, p50.max), (0.5, 2.0));
         // The peer took no interrupts: the ratio is undefined, not infinite.
         assert!(v.interrupts_per_packet.is_none());
+        let all = versus(&cells, &[PEER.into(), "vmirq".into()]);
+        assert_eq!(all.len(), 1);
+        assert_eq!((all[0].jobs, all[0].pps.median), (1, 1.0));
+        assert!((all[0].pps_geomean - 1.0).abs() < 1e-12);
         assert_eq!(cells[1].pps.median, 50.0);
         assert_eq!(cells[1].rtt_p50_ns.expect("rr").median, 10.0);
     }
+}
+
+/// One target against the peer over every job both ran, as the block report's
+/// [`crate::report::versus::Versus`]: the geometric mean and range of the packets/s ratios and
+/// the median CPU-per-packet ratio.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetVersus {
+    /// Target label.
+    pub target: String,
+    /// Jobs with a ratio.
+    pub jobs: usize,
+    /// Geometric mean of the per-job median packets/s ratios.
+    pub pps_geomean: f64,
+    /// Their spread (min, median, max).
+    pub pps: Spread,
+    /// Median of the per-job median CPU-per-packet ratios.
+    pub cpu_median: Option<f64>,
+}
+
+/// Every non-peer target against the peer, in the order of `targets`.
+#[must_use]
+pub fn versus(cells: &[NetCell], targets: &[String]) -> Vec<NetVersus> {
+    targets
+        .iter()
+        .filter(|t| t.as_str() != PEER)
+        .filter_map(|t| {
+            let vs: Vec<NetVsPeer> = cells
+                .iter()
+                .filter(|c| &c.target == t)
+                .filter_map(|c| c.vs_peer)
+                .collect();
+            let pps: Vec<f64> = vs.iter().filter_map(|v| v.pps).map(|s| s.median).collect();
+            if pps.is_empty() {
+                return None;
+            }
+            let cpu: Vec<f64> = vs
+                .iter()
+                .filter_map(|v| v.cpu_ns_per_packet)
+                .map(|s| s.median)
+                .collect();
+            Some(NetVersus {
+                target: t.clone(),
+                jobs: pps.len(),
+                pps_geomean: crate::report::versus::geomean(&pps),
+                pps: Spread::of(&pps),
+                cpu_median: spread_opt(&cpu).map(|s| s.median),
+            })
+        })
+        .collect()
 }

@@ -10,7 +10,8 @@
 //! `cpu_ns_per_packet` (each `{median, min, max}`), `rtt_p50_ns`/`rtt_p99_ns` (ping-pong
 //! jobs), `lost`, and `vs_peer` (ratios to testpmd's cell of the same job: `pps`,
 //! `rtt_p50`, `rtt_p99`, `interrupts_per_packet`, `cpu_ns_per_packet`, each `{median, min,
-//! max}` or null where undefined); and
+//! max}` or null where undefined), and `versus` (per target over every job: `pps_geomean`,
+//! `pps` spread, `cpu_median`); and
 //! `kvm`, an object with `status` (`ran`, `skipped`, `failed`), `reason` when not run, and
 //! `wake`, the `vmirq kvm wake --json` object, when run.
 
