@@ -5,7 +5,7 @@
 use super::results::{NetCell, PEER};
 use super::NetSection;
 use crate::stats::Spread;
-use vmirq_report::{Cell, Page, Table, Tone};
+use vmirq_report::{BarChart, Cell, Page, Scale, Svg, Table, Tone};
 
 fn num(v: f64) -> String {
     if v == 0.0 {
@@ -241,6 +241,61 @@ pub fn render_text(section: &NetSection) -> String {
     s
 }
 
+/// Bar charts per job: packets/s relative to testpmd (log scale, 1 = testpmd), and client
+/// plus backend CPU per packet of every target; `None` for a chart with no value.
+#[must_use]
+pub fn plots(section: &NetSection) -> Vec<Svg> {
+    let find = |job: &str, t: &str| {
+        section
+            .cells
+            .iter()
+            .find(|c| c.job == job && c.target == t && c.repetitions > 0)
+    };
+    let mut ratio = BarChart::new(format!("Packets/s relative to {PEER} (1 = {PEER})"))
+        .values("packets/s / testpmd's (median of paired repetitions, log scale)")
+        .scale(Scale::Log)
+        .categories(section.jobs.iter().cloned())
+        .reference(1.0)
+        .width(900);
+    let mut cpu = BarChart::new("Client + backend CPU per packet")
+        .values("ns per received packet (median, log scale)")
+        .scale(Scale::Log)
+        .categories(section.jobs.iter().cloned())
+        .width(900);
+    let (mut any_ratio, mut any_cpu) = (false, false);
+    for (i, t) in section.targets.iter().enumerate() {
+        let cpus: Vec<f64> = section
+            .jobs
+            .iter()
+            .map(|j| find(j, t).map_or(f64::NAN, |c| c.cpu_ns_per_packet.median))
+            .collect();
+        any_cpu |= cpus.iter().any(|v| v.is_finite() && *v > 0.0);
+        cpu = cpu.series_color(t.clone(), cpus, i);
+        if t == PEER {
+            continue;
+        }
+        let ratios: Vec<f64> = section
+            .jobs
+            .iter()
+            .map(|j| {
+                find(j, t)
+                    .and_then(|c| c.vs_peer?.pps)
+                    .map_or(f64::NAN, |s| s.median)
+            })
+            .collect();
+        any_ratio |= ratios.iter().any(|v| v.is_finite());
+        ratio = ratio.series_color(t.clone(), ratios, i);
+    }
+    let mut out = Vec::new();
+    if any_ratio {
+        out.push(ratio.svg());
+    }
+    if any_cpu {
+        out.push(cpu.svg());
+    }
+    out
+}
+
 /// The HTML section.
 pub fn render_html(section: &NetSection, page: &mut Page) {
     page.section("Network: vmirq serve-net against testpmd's vhost PMD");
@@ -259,6 +314,7 @@ pub fn render_html(section: &NetSection, page: &mut Page) {
     if !section.notices.is_empty() {
         page.list(&section.notices, true);
     }
+    page.plots(plots(section));
     page.note(NOTE);
     page.list(&devices(section), false);
     for job in &section.jobs {
@@ -333,5 +389,9 @@ mod tests {
         vmirq_report::check::page(&html).expect("well-formed");
         assert!(html.contains("&lt;boom&gt;") && !html.contains("<boom>"));
         assert!(html.contains("rr-64/interrupt"));
+        assert_eq!(plots(&s).len(), 2);
+        for svg in vmirq_report::check::svgs(&html) {
+            vmirq_report::check::svg(svg).expect("well-formed plot");
+        }
     }
 }
