@@ -210,6 +210,27 @@ pub fn devices(section: &NetSection) -> Vec<String> {
         .collect()
 }
 
+/// The load of everything but client and device over every measured window: the noise
+/// indicator (0 on a quiet machine).
+#[must_use]
+pub fn machine_load(section: &NetSection) -> Option<String> {
+    let others: Vec<f64> = section
+        .cells
+        .iter()
+        .flat_map(|c| c.runs.iter().flatten())
+        .filter_map(|m| m.others_busy_pct)
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let s = Spread::of(&others);
+    Some(format!(
+        "other load (machine busy minus client and device) during the measured windows: \
+         median {:.0}% [{:.0}..{:.0}] of all CPUs; above a few percent the run was not quiet",
+        s.median, s.min, s.max
+    ))
+}
+
 /// The terminal form.
 #[must_use]
 pub fn render_text(section: &NetSection) -> String {
@@ -223,6 +244,9 @@ pub fn render_text(section: &NetSection) -> String {
     );
     for d in devices(section) {
         s.push_str(&format!("  {d}\n"));
+    }
+    if let Some(load) = machine_load(section) {
+        s.push_str(&format!("  {load}\n"));
     }
     for job in &section.jobs {
         s.push_str(&format!("\n{job}\n"));
@@ -316,7 +340,9 @@ pub fn render_html(section: &NetSection, page: &mut Page) {
     }
     page.plots(plots(section));
     page.note(NOTE);
-    page.list(&devices(section), false);
+    let mut facts = devices(section);
+    facts.extend(machine_load(section));
+    page.list(&facts, false);
     for job in &section.jobs {
         page.subsection(job);
         page.table(&job_table(section, job));

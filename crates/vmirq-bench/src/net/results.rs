@@ -36,6 +36,10 @@ pub struct NetMetrics {
     pub cpu_ns_per_packet: f64,
     /// Whole-machine busy CPU in the window, percent of all CPUs (others' load included).
     pub machine_busy_pct: Option<f64>,
+    /// Busy CPU of everything but the client thread and the backend process in the window,
+    /// percent of all CPUs: other load competing with the run (noise).
+    #[serde(default)]
+    pub others_busy_pct: Option<f64>,
     /// Frames sent and never received over the whole run (a peer with no free receive
     /// buffer drops; serve-net holds frames in the sender's ring instead).
     pub lost: u64,
@@ -61,10 +65,26 @@ impl NetMetrics {
             backend_cpu_ns_per_packet: r.backend_cpu_ns_per_packet,
             cpu_ns_per_packet: r.cpu_ns_per_packet + r.backend_cpu_ns_per_packet.unwrap_or(0.0),
             machine_busy_pct: r.machine_busy.map(|b| b * 100.0),
+            others_busy_pct: others_busy_pct(r),
             lost: r.lost(),
             frame_errors: r.frame_errors.total(),
         }
     }
+}
+
+/// The machine's busy share minus the client's and the backend's, in percent of all CPUs.
+fn others_busy_pct(r: &Report) -> Option<f64> {
+    let busy = r.machine_busy?;
+    let backend_ns = r.backend_cpu_ns_per_packet? * as_f64(r.packets);
+    // SAFETY: sysconf has no preconditions; a negative result means unknown.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cpus = u64::try_from(cpus).ok().filter(|c| *c > 0)?;
+    let window_ns = as_f64(r.measured_ns) * as_f64(cpus);
+    if window_ns <= 0.0 {
+        return None;
+    }
+    let ours = (as_f64(r.client_cpu_ns) + backend_ns) / window_ns;
+    Some(((busy - ours) * 100.0).max(0.0))
 }
 
 /// Ratios of a cell to the peer's cell of the same job, one per repetition where both ran,
