@@ -17,6 +17,8 @@ ls /boot/vmlinuz-*-cloud-amd64 >/dev/null 2>&1 || need+=(linux-image-cloud-amd64
 have fio || need+=(fio)
 have mkfs.ext4 || need+=(e2fsprogs)
 have blkdiscard || need+=(util-linux)
+# ip (the tap test configures its interface in a namespace of its own).
+have ip || need+=(iproute2)
 have cpio || need+=(cpio)
 have xz || need+=(xz-utils)
 have zstd || need+=(zstd)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds vmirq's test guest from the host's Debian packages and caches it:
 #   kernel       /boot/vmlinuz-<release> (package linux-image-cloud-amd64: virtio as modules)
-#   initramfs    busybox-static, the virtio_pci / virtio_blk / qemu_fw_cfg modules in load
+#   initramfs    busybox-static, the virtio_pci / virtio_blk / virtio_net / qemu_fw_cfg modules in load
 #                order, fio, mkfs.ext4 and e2fsck (e2fsprogs), blkdiscard (util-linux), each
 #                with the shared libraries ldd names, and init.sh as /init.
 # Usage: build-initramfs.sh CACHE_DIR
@@ -40,7 +40,7 @@ for p in fio mkfs.ext4 mke2fs e2fsck blkdiscard; do
   [ -n "$path" ] || die "$p not found (Debian: apt-get install fio e2fsprogs util-linux)"
   programs+=("$path")
 done
-modules=(virtio_pci virtio_blk qemu_fw_cfg)
+modules=(virtio_pci virtio_blk virtio_net qemu_fw_cfg)
 
 # The cache key: package versions (when dpkg knows them), every input file's size and mtime,
 # and the contents of this script and of /init.

@@ -2,7 +2,8 @@
 //!
 //! Debian's cloud kernel and a busybox initramfs with fio, e2fsprogs and util-linux's
 //! blkdiscard, booted under QEMU (KVM where it can run a Linux guest, TCG otherwise) against
-//! vhost-user-blk backends (`vmirq serve`, qemu-storage-daemon). The guest's `/init` runs a
+//! vhost-user-blk backends (`vmirq serve`, qemu-storage-daemon) and vhost-user-net backends
+//! (`vmirq serve-net`). The guest's `/init` runs a
 //! command list and reports each step's output and exit status over a serial port.
 //!
 //! ```no_run
@@ -31,6 +32,7 @@ pub mod error;
 pub mod fio;
 pub mod image;
 pub mod interrupts;
+pub mod nic;
 pub mod process;
 pub mod qemu;
 pub mod script;
@@ -40,6 +42,7 @@ pub use accel::{Accel, Choice};
 pub use backend::Backend;
 pub use error::{GuestError, Result};
 pub use image::Image;
+pub use nic::VhostUserNet;
 pub use qemu::{Exit, Machine, Run, VhostUserBlk, Vm};
 pub use script::Script;
 pub use transcript::{StepResult, Transcript};

@@ -1,5 +1,5 @@
 //! One QEMU process running the guest: the command line (q35, shared memfd guest memory so
-//! vhost-user backends can map it, vhost-user-blk-pci disks, the kernel and initramfs, the
+//! vhost-user backends can map it, vhost-user-blk-pci disks, vhost-user network cards, the kernel and initramfs, the
 //! command list as fw_cfg file), the protocol port (a unix socket this side listens on; QEMU
 //! connects it as the guest's second serial port) read by a thread into a [`Transcript`], and
 //! a bounded wait for the end. QEMU is killed on every path that does not end in its own exit:
@@ -8,6 +8,7 @@
 use crate::accel::Accel;
 use crate::error::{GuestError, Result};
 use crate::image::Image;
+use crate::nic::VhostUserNet;
 use crate::process;
 use crate::script::Script;
 use crate::transcript::{Event, Transcript};
@@ -56,6 +57,8 @@ pub struct Machine {
     pub memory_mib: u32,
     /// The disks, in PCI order (the first is `vda`).
     pub disks: Vec<VhostUserBlk>,
+    /// The network cards, in PCI order after the disks (the first is `eth0`).
+    pub nics: Vec<VhostUserNet>,
     /// Boots allowed in this process: 1 adds `-no-reboot` (a reset or panic ends QEMU); more
     /// lets the command list reboot, and a boot beyond the count kills QEMU.
     pub boots: u32,
@@ -74,6 +77,7 @@ impl Machine {
             cpus: 1,
             memory_mib: 512,
             disks: Vec::new(),
+            nics: Vec::new(),
             boots: 1,
             timeout: Duration::from_secs(300),
             qemu: PathBuf::from(QEMU),
@@ -84,6 +88,20 @@ impl Machine {
     #[must_use]
     pub fn disk(mut self, disk: VhostUserBlk) -> Self {
         self.disks.push(disk);
+        self
+    }
+
+    /// Add a network card.
+    #[must_use]
+    pub fn nic(mut self, nic: VhostUserNet) -> Self {
+        self.nics.push(nic);
+        self
+    }
+
+    /// Set the guest memory size in MiB (at least 64).
+    #[must_use]
+    pub fn memory_mib(mut self, mib: u32) -> Self {
+        self.memory_mib = mib.max(64);
         self
     }
 
@@ -166,6 +184,11 @@ impl Machine {
                 format!("vhost-user-blk-pci,chardev=vblk{i},num-queues={}", d.queues),
             );
         }
+        for (i, n) in self.nics.iter().enumerate() {
+            for (k, v) in n.args(i) {
+                push(k, v);
+            }
+        }
         if self.boots <= 1 {
             a.push("-no-reboot".to_owned());
         }
@@ -177,7 +200,7 @@ impl Machine {
 pub const QEMU: &str = "qemu-system-x86_64";
 
 /// A path inside a QEMU option value (commas doubled).
-fn escape(p: &Path) -> String {
+pub(crate) fn escape(p: &Path) -> String {
     p.display().to_string().replace(',', ",,")
 }
 

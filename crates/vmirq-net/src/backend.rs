@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VhostUserBackend;
+use vm_memory::GuestAddressSpace;
 use vmirq_vhost::daemon::{ExitEvents, HasExitEvents};
+use vmirq_vhost::sigbus::Revocation;
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -43,6 +45,9 @@ pub struct NetBackend {
     attach: EventFd,
     exit: ExitEvents,
     ctrl: Mutex<Ctrl>,
+    /// The guest memory registered with vmirq-vhost's SIGBUS table: a frontend that
+    /// truncates it loses this connection only (see `vmirq_vhost::sigbus`).
+    revocation: Revocation,
 }
 
 impl NetBackend {
@@ -75,6 +80,7 @@ impl NetBackend {
             attach: EventFd::new(EFD_NONBLOCK)?,
             exit: ExitEvents::default(),
             ctrl: Mutex::new(Ctrl::new(0, 1)),
+            revocation: Revocation::new(),
         })
     }
 
@@ -91,6 +97,13 @@ impl NetBackend {
         let rx = self.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
         let tx = self.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
         (rx.notifier.timer_fd(), tx.notifier.timer_fd())
+    }
+
+    /// The connection's SIGBUS protection: give it the daemon's shutdown handle; read what
+    /// was revoked after the connection ended.
+    #[must_use]
+    pub fn revocation(&self) -> &Revocation {
+        &self.revocation
     }
 
     /// Ask the worker to hand the vrings to the fabric.
@@ -136,8 +149,11 @@ impl VhostUserBackend for NetBackend {
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
         self.config.read(offset, size)
     }
-    fn update_memory(&self, _mem: GuestMem) -> io::Result<()> {
-        // The daemon updates the same GuestMemoryAtomic the fabric reads through.
+    fn update_memory(&self, mem: GuestMem) -> io::Result<()> {
+        // The daemon updates the same GuestMemoryAtomic the fabric reads through; the new
+        // mappings are registered with the SIGBUS handler (the old ones unregistered).
+        self.revocation.update(mem.memory().into_inner());
+        self.revocation.check();
         Ok(())
     }
     fn queues_per_thread(&self) -> Vec<u64> {
@@ -194,6 +210,8 @@ impl VhostUserBackend for NetBackend {
             }
             _ => tracing::warn!(event = device_event, "unknown worker event"),
         }
+        // The fabric completes nothing that touched revoked memory; the connection ends here.
+        self.revocation.check();
         Ok(())
     }
 }

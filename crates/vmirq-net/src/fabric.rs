@@ -15,11 +15,15 @@
 //! refill kick services the blocked transmit queues again. Floods (learning mode) are best
 //! effort: a destination without room drops its copy and counts it.
 
+mod burst;
+
 use crate::classify::classify;
 use crate::counters::PortCounters;
+use crate::pmd::Pmd;
 use crate::queues::{RxCtl, RxRing, TxCtl};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
+use crate::tap::Tap;
 use crate::tx::{read_chain, TxError};
 use crate::virtio::{F_MRG_RXBUF, HDR_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +37,7 @@ use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::{Completions, Submissions};
 use vmirq_vhost::poll::{has_work, PollStart};
+use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
 
 /// Guest memory as the vhost-user machinery shares it.
@@ -73,6 +78,8 @@ impl Attached {
 #[derive(Default)]
 pub struct Slot {
     attached: Mutex<Option<Arc<Attached>>>,
+    /// A tap device instead of a vhost-user frontend (`--tap`; see [`crate::tap`]).
+    tap: std::sync::OnceLock<Arc<Tap>>,
     /// Source ports waiting for room in this port's receive queue (bit per port).
     blocked: AtomicU64,
     /// This port's counters.
@@ -87,6 +94,8 @@ pub struct Slot {
 pub struct Fabric {
     slots: Vec<Slot>,
     switch: Switch,
+    /// The forwarding thread of `--datapath pmd` (the port workers only wake it).
+    pmd: Option<Arc<Pmd>>,
 }
 
 impl Fabric {
@@ -97,7 +106,24 @@ impl Fabric {
         Self {
             slots: (0..n).map(|_| Slot::default()).collect(),
             switch,
+            pmd: None,
         }
+    }
+
+    /// A fabric whose transmit queues are served by one forwarding thread
+    /// ([`crate::pmd::run`] with the returned [`Pmd`]), not by the port workers.
+    #[must_use]
+    pub fn with_pmd(switch: Switch) -> (Self, Arc<Pmd>) {
+        let pmd = Arc::new(Pmd::default());
+        let mut f = Self::new(switch);
+        f.pmd = Some(Arc::clone(&pmd));
+        (f, pmd)
+    }
+
+    /// The forwarding thread's state, with `--datapath pmd`.
+    #[must_use]
+    pub fn pmd(&self) -> Option<&Arc<Pmd>> {
+        self.pmd.as_ref()
     }
 
     /// Ports.
@@ -119,6 +145,31 @@ impl Fabric {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Port `p` is the tap `tap` (once, before traffic; a tap port never has vrings).
+    pub fn set_tap(&self, p: usize, tap: Arc<Tap>) {
+        if let Some(s) = self.slots.get(p) {
+            let _ = s.tap.set(tap);
+        }
+    }
+
+    /// A frame the kernel sent on tap port `src`: switched like a transmitted one, but never
+    /// waited for (a destination without room drops it, as a NIC would).
+    pub fn from_tap(&self, src: usize, frame: &[u8]) {
+        let Some(slot) = self.slots.get(src) else {
+            return;
+        };
+        let c = &slot.counters;
+        PortCounters::add(&c.tx_frames, 1);
+        PortCounters::add(&c.tx_bytes, frame.len() as u64);
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut dests = Dests::default();
+            if let Sent::Wait = self.switch_frame(src, frame, &mut dests, &mut scratch.rx) {
+                PortCounters::add(&c.tx_backpressure, 1);
+            }
+            self.flush_dests(&mut dests);
+        });
     }
 
     /// Port `p` has a frontend with these vrings.
@@ -164,6 +215,12 @@ impl Fabric {
             return;
         };
         let mut mask = s.blocked.swap(0, Ordering::AcqRel);
+        if let Some(pmd) = &self.pmd {
+            if mask != 0 {
+                pmd.wake();
+            }
+            return;
+        }
         while mask != 0 {
             let src = mask.trailing_zeros() as usize;
             mask &= mask - 1;
@@ -191,7 +248,9 @@ impl Fabric {
         SCRATCH.with_borrow_mut(|scratch| {
             let mut dests = Dests::default();
             loop {
-                let end = self.tx_batch(src, &mut ring, &mut ctl, &mem, &mut dests, scratch);
+                let (end, _) = self.tx_batch(
+                    src, &mut ring, &mut ctl, &mem, &mut dests, scratch, TX_BATCH,
+                );
                 self.flush_dests(&mut dests);
                 match end {
                     BatchEnd::More => continue,
@@ -210,7 +269,69 @@ impl Fabric {
         });
     }
 
-    /// One batch of at most [`TX_BATCH`] transmit chains.
+    /// One pass of the forwarding thread: a burst of at most `burst` transmit chains off
+    /// every port in turn, kicks left as they are. Returns the chains taken.
+    pub fn pmd_pass(&self, burst: usize) -> usize {
+        (0..self.slots.len())
+            .map(|p| self.pmd_burst(p, burst))
+            .sum()
+    }
+
+    fn pmd_burst(&self, src: usize, burst: usize) -> usize {
+        let Some(me) = self.attached(src) else {
+            return 0;
+        };
+        let mem = me.mem.memory();
+        let mut tx = me.tx.get_mut();
+        if !tx.get_queue().ready() || !tx.is_enabled() {
+            return 0;
+        }
+        let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        if ctl.notifier.resuming() {
+            return 0;
+        }
+        let mut ring = LiveRing {
+            state: &mut tx,
+            mem: &me.mem,
+        };
+        let (n, broken) = BURST_SCRATCH.with_borrow_mut(|b| {
+            let n = self.burst(src, &mut ring, &mut ctl, &mem, b, burst);
+            (n, b.broken)
+        });
+        if broken {
+            // Stop looking at it (every pass would count it again); a new frontend
+            // connection brings new rings.
+            drop(ctl);
+            drop(tx);
+            me.tx.set_queue_ready(false);
+        }
+        n
+    }
+
+    /// Turn kicks on (`true`) or off on every attached port's transmit queue (the
+    /// forwarding thread's sleep and wake). Returns whether a queue has chains available
+    /// after turning them on (do not sleep).
+    pub fn pmd_kicks(&self, on: bool) -> bool {
+        let mut work = false;
+        for p in 0..self.slots.len() {
+            let Some(me) = self.attached(p) else {
+                continue;
+            };
+            let mut tx = me.tx.get_mut();
+            if !tx.get_queue().ready() || !tx.is_enabled() {
+                continue;
+            }
+            if on {
+                work |= tx.enable_notification().unwrap_or(false);
+            } else {
+                let _ = tx.disable_notification();
+            }
+        }
+        work
+    }
+
+    /// One batch of at most `limit` transmit chains; also returns the chains taken.
+    #[allow(clippy::too_many_arguments)]
     fn tx_batch(
         &self,
         src: usize,
@@ -219,12 +340,14 @@ impl Fabric {
         mem: &GuestMemoryMmap,
         dests: &mut Dests,
         scratch: &mut Scratch,
-    ) -> BatchEnd {
+        limit: usize,
+    ) -> (BatchEnd, usize) {
         let c = &self.slots[src].counters;
         let mut subs = Submissions::default();
         let mut batch = ctl.notifier.completions();
         let mut end = BatchEnd::More;
-        for _ in 0..TX_BATCH {
+        let mut taken = 0;
+        for _ in 0..limit {
             let q = tx.state.get_queue_mut();
             let start = q.next_avail();
             let chain = match q.iter(mem) {
@@ -240,6 +363,7 @@ impl Fabric {
                 end = BatchEnd::Empty;
                 break;
             };
+            taken += 1;
             let head = chain.head_index();
             let table = DescTable {
                 addr: GuestAddress(q.desc_table()),
@@ -247,7 +371,17 @@ impl Fabric {
                 indirect: false,
             };
             let mut bytes = 0;
-            match read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame) {
+            let read = read_chain(mem, table, head, &mut scratch.descs, &mut scratch.frame);
+            if revoked_in(mem).is_some() {
+                // The frontend truncated its memory (the read saw zeros): forward and
+                // complete nothing; the worker drops the connection (vmirq_vhost::sigbus).
+                q.set_next_avail(start);
+                q.set_ready(false);
+                PortCounters::add(&c.queue_broken, 1);
+                end = BatchEnd::Stop;
+                break;
+            }
+            match read {
                 Ok(()) => {
                     let frame = &scratch.frame[HDR_LEN..];
                     match self.switch_frame(src, frame, dests, &mut scratch.rx) {
@@ -258,6 +392,7 @@ impl Fabric {
                         }
                         Sent::Wait => {
                             q.set_next_avail(start);
+                            taken -= 1;
                             PortCounters::add(&c.tx_backpressure, 1);
                             end = BatchEnd::Stop;
                             break;
@@ -290,7 +425,7 @@ impl Fabric {
         if let Err(e) = done {
             tracing::warn!(port = src, error = %e, "transmit notification failed");
         }
-        end
+        (end, taken)
     }
 
     /// The transmit queue is empty with kicks enabled: poll it for the wait policy's window
@@ -378,7 +513,10 @@ impl Fabric {
             ctl.notifier.take_expiry() && ctl.notifier.on_timer(&mut ring, &mem).unwrap_or(false)
         };
         if resume {
-            self.service_tx(p);
+            match &self.pmd {
+                Some(pmd) => pmd.wake(),
+                None => self.service_tx(p),
+            }
         }
     }
 
@@ -391,7 +529,10 @@ impl Fabric {
                 .poller
                 .on_kick();
         }
-        self.service_tx(p);
+        match &self.pmd {
+            Some(pmd) => pmd.wake(),
+            None => self.service_tx(p),
+        }
     }
 
     /// Switch one frame from `src`.
@@ -456,9 +597,15 @@ impl Fabric {
         retry: bool,
     ) -> Option<RxOutcome> {
         let slot = self.slots.get(dst)?;
+        if let Some(tap) = slot.tap.get() {
+            return Some(to_tap(tap, &slot.counters, frame));
+        }
         let a = dests.get(dst, || self.attached(dst))?;
         let c = &slot.counters;
         let mem = a.mem.memory();
+        if revoked_in(&mem).is_some() {
+            return None; // its frontend truncated its memory: the connection is going away
+        }
         let mut rx = a.rx.get_mut();
         if !rx.get_queue().ready() || !rx.is_enabled() {
             return None;
@@ -557,6 +704,26 @@ impl Fabric {
     }
 }
 
+/// Hand `frame` to a tap port's kernel side (dropped and counted when it has no room).
+fn to_tap(tap: &Tap, c: &PortCounters, frame: &[u8]) -> RxOutcome {
+    match tap.send(frame) {
+        Ok(true) => {
+            PortCounters::add(&c.rx_frames, 1);
+            PortCounters::add(&c.rx_bytes, frame.len() as u64);
+            RxOutcome::Delivered(1)
+        }
+        Ok(false) => {
+            PortCounters::add(&c.rx_no_room, 1);
+            RxOutcome::TooBig
+        }
+        Err(e) => {
+            tracing::warn!(tap = tap.name(), error = %e, "tap write failed");
+            PortCounters::add(&c.rx_no_room, 1);
+            RxOutcome::TooBig
+        }
+    }
+}
+
 /// How a batch of transmit chains ended.
 enum BatchEnd {
     /// The batch limit: take the next batch.
@@ -615,4 +782,6 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    static BURST_SCRATCH: std::cell::RefCell<burst::BurstScratch> =
+        std::cell::RefCell::new(burst::BurstScratch::default());
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{fence, Ordering};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::GuestMemoryMmap;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
 use vmirq_vhost::chain::{walk_chain, DescTable};
 
 /// What happened to a frame.
@@ -48,15 +48,116 @@ pub struct RxScratch {
     segs: Vec<Seg>,
     heads: Vec<u16>,
     used: Vec<u32>,
+    bounce: Vec<u8>,
+    /// [`deliver`]'s own batch of one frame's entries.
+    pending: UsedBatch,
+    /// The net header joined with a short frame (or routed Ethernet header).
+    first: Vec<u8>,
 }
 
-/// Write `frame` into `q`. `mrg_rxbuf`: whether MRG_RXBUF was negotiated.
+/// Frames (or headers) up to this long are joined with the net header for one write.
+const SMALL_LEN: usize = 256;
+
+/// Where a frame's bytes come from.
+#[derive(Debug, Clone, Copy)]
+pub enum FrameSrc<'a> {
+    /// Bytes of this process.
+    Bytes(&'a [u8]),
+    /// A transmit chain in another frontend's memory, copied from there straight into the
+    /// receive buffers: `head` (the Ethernet header the switch routed on, already copied
+    /// out), then the chain's bytes from offset `skip` (its net header and the Ethernet
+    /// header) on, `len` bytes in all. The descriptors were checked to lie inside `mem`
+    /// ([`crate::tx::scan_chain`]); a copy that fails anyway (the memory changed) makes the
+    /// receive chains go back unused.
+    Guest {
+        /// The source frontend's memory.
+        mem: &'a GuestMemoryMmap,
+        /// The transmit chain's descriptors.
+        descs: &'a [Descriptor],
+        /// The routed Ethernet header.
+        head: &'a [u8],
+        /// Bytes of the chain before the rest of the frame.
+        skip: usize,
+        /// Frame length (Ethernet header included).
+        len: usize,
+    },
+}
+
+impl FrameSrc<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Bytes(b) => b.len(),
+            Self::Guest { len, .. } => *len,
+        }
+    }
+}
+
+/// Used entries written into a receive queue but not yet published (see [`stage`]).
+#[derive(Debug, Default)]
+pub struct UsedBatch {
+    heads: Vec<u16>,
+    lens: Vec<u32>,
+}
+
+impl UsedBatch {
+    /// Entries waiting.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.heads.len()
+    }
+
+    /// No entry waiting.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.heads.is_empty()
+    }
+
+    /// Publish every waiting entry with one index store ([`publish_used`]) and forget them.
+    ///
+    /// # Errors
+    /// The used ring lies outside guest memory.
+    pub fn publish(
+        &mut self,
+        q: &mut Queue,
+        mem: &GuestMemoryMmap,
+    ) -> Result<(), vm_memory::GuestMemoryError> {
+        let r = publish_used(q, mem, &self.heads, &self.lens);
+        self.heads.clear();
+        self.lens.clear();
+        r
+    }
+}
+
+/// Write `frame` into `q` and publish it. `mrg_rxbuf`: whether MRG_RXBUF was negotiated.
 pub fn deliver(
     q: &mut Queue,
     mem: &GuestMemoryMmap,
     frame: &[u8],
     mrg_rxbuf: bool,
     s: &mut RxScratch,
+) -> RxOutcome {
+    let mut used = std::mem::take(&mut s.pending);
+    let out = stage(q, mem, FrameSrc::Bytes(frame), mrg_rxbuf, s, &mut used);
+    let published = used.is_empty() || used.publish(q, mem).is_ok();
+    s.pending = used;
+    if published {
+        out
+    } else {
+        RxOutcome::Broken
+    }
+}
+
+/// Write a frame into `q`'s receive buffers and add their used entries to `used` (the
+/// caller publishes them, several frames' worth at once, with [`UsedBatch::publish`]: a
+/// merged frame is never visible in part). Chains of a bad receive chain go into `used`
+/// with length 0.
+pub fn stage(
+    q: &mut Queue,
+    mem: &GuestMemoryMmap,
+    frame: FrameSrc<'_>,
+    mrg_rxbuf: bool,
+    s: &mut RxScratch,
+    used: &mut UsedBatch,
 ) -> RxOutcome {
     s.segs.clear();
     s.heads.clear();
@@ -102,7 +203,7 @@ pub fn deliver(
             }
         }
         if bad || chain_room == 0 || (index == 0 && chain_room < HDR_LEN as u64) {
-            return_unused(q, mem, &s.heads);
+            return_unused(&s.heads, used);
             return RxOutcome::BadChain;
         }
         room += chain_room;
@@ -111,31 +212,159 @@ pub fn deliver(
     let hdr = rx_hdr(n);
     s.used.clear();
     s.used.resize(s.heads.len(), 0);
+    // The net header and what follows it from this process go out in one guest write when
+    // short (each guest access costs a region lookup, far more than copying 64 bytes here).
+    let local = match frame {
+        FrameSrc::Bytes(b) => b,
+        FrameSrc::Guest { head, .. } => head,
+    };
+    s.first.clear();
+    let parts: [&[u8]; 3] = if local.len() <= SMALL_LEN {
+        s.first.extend_from_slice(&hdr);
+        s.first.extend_from_slice(local);
+        [&s.first[..], &[], &[]]
+    } else {
+        [&hdr[..], local, &[]]
+    };
+    let written = match frame {
+        FrameSrc::Bytes(_) => write_local(mem, &s.segs, parts, &mut s.used),
+        FrameSrc::Guest {
+            mem: from,
+            descs,
+            head,
+            skip,
+            len,
+        } => write_local(mem, &s.segs, parts, &mut s.used).and_then(|at| {
+            let rest = len.saturating_sub(head.len());
+            copy_guest(
+                from,
+                descs,
+                skip,
+                rest,
+                mem,
+                &s.segs,
+                at,
+                &mut s.used,
+                &mut s.bounce,
+            )
+        }),
+    };
+    if written.is_none() {
+        return_unused(&s.heads, used);
+        return RxOutcome::BadChain;
+    }
+    used.heads.extend_from_slice(&s.heads);
+    used.lens.extend_from_slice(&s.used);
+    RxOutcome::Delivered(n)
+}
+
+/// A position in a frame's receive segments: segment index and offset in it.
+#[derive(Debug, Clone, Copy, Default)]
+struct SegPos {
+    seg: usize,
+    off: usize,
+}
+
+/// Write `parts` (in order) into `segs` from their start; returns where they ended, `None`
+/// when a write fails. `used` gets each chain's bytes.
+fn write_local(
+    mem: &GuestMemoryMmap,
+    segs: &[Seg],
+    parts: [&[u8]; 3],
+    used: &mut [u32],
+) -> Option<SegPos> {
     let mut src = Cursor {
-        parts: [&hdr[..], frame],
+        parts,
         part: 0,
         off: 0,
     };
-    for seg in &s.segs {
-        let mut at = seg.addr;
-        let mut left = seg.len as usize;
-        while left > 0 {
-            let Some(piece) = src.next_piece(left) else {
-                break;
+    let mut pos = SegPos::default();
+    while let Some(seg) = segs.get(pos.seg) {
+        let left = seg.len as usize - pos.off;
+        if left == 0 {
+            pos = SegPos {
+                seg: pos.seg + 1,
+                off: 0,
             };
-            if mem.write_slice(piece, at).is_err() {
-                return_unused(q, mem, &s.heads);
-                return RxOutcome::BadChain;
+            continue;
+        }
+        let Some(piece) = src.next_piece(left) else {
+            break;
+        };
+        let at = seg.addr.checked_add(pos.off as u64)?;
+        mem.write_slice(piece, at).ok()?;
+        pos.off += piece.len();
+        used[seg.chain] += u32::try_from(piece.len()).unwrap_or(u32::MAX);
+    }
+    Some(pos)
+}
+
+/// Copy `len` bytes of the chain `descs` in `from`, starting `skip` bytes into it, into
+/// `segs` of `to` from `pos` on: guest memory to guest memory without a bounce buffer when
+/// both ranges lie in one mapped region each (a bounce through `bounce` otherwise). `None`
+/// when a range is outside memory or the segments are too short.
+#[allow(clippy::too_many_arguments)]
+fn copy_guest(
+    from: &GuestMemoryMmap,
+    descs: &[Descriptor],
+    mut skip: usize,
+    mut len: usize,
+    to: &GuestMemoryMmap,
+    segs: &[Seg],
+    mut pos: SegPos,
+    used: &mut [u32],
+    bounce: &mut Vec<u8>,
+) -> Option<SegPos> {
+    for d in descs {
+        let dlen = d.len() as usize;
+        if skip >= dlen {
+            skip -= dlen;
+            continue;
+        }
+        let mut src_off = skip;
+        skip = 0;
+        while src_off < dlen && len > 0 {
+            let seg = segs.get(pos.seg)?;
+            let room = seg.len as usize - pos.off;
+            if room == 0 {
+                pos = SegPos {
+                    seg: pos.seg + 1,
+                    off: 0,
+                };
+                continue;
             }
-            at = at.unchecked_add(piece.len() as u64);
-            left -= piece.len();
-            s.used[seg.chain] += u32::try_from(piece.len()).unwrap_or(u32::MAX);
+            let n = room.min(dlen - src_off).min(len);
+            let src_at = d.addr().checked_add(src_off as u64)?;
+            let dst_at = seg.addr.checked_add(pos.off as u64)?;
+            copy_piece(from, src_at, to, dst_at, n, bounce)?;
+            src_off += n;
+            pos.off += n;
+            len -= n;
+            used[seg.chain] += u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if len == 0 {
+            break;
         }
     }
-    if publish_used(q, mem, &s.heads, &s.used).is_err() {
-        return RxOutcome::Broken;
+    (len == 0).then_some(pos)
+}
+
+/// Copy `n` bytes between two guests' memories (bounds checked by vm-memory either way).
+fn copy_piece(
+    from: &GuestMemoryMmap,
+    src: GuestAddress,
+    to: &GuestMemoryMmap,
+    dst: GuestAddress,
+    n: usize,
+    bounce: &mut Vec<u8>,
+) -> Option<()> {
+    if let (Ok(s), Ok(d)) = (from.get_slice(src, n), to.get_slice(dst, n)) {
+        s.copy_to_volatile_slice(d);
+        return Some(());
     }
-    RxOutcome::Delivered(n)
+    bounce.resize(n, 0);
+    from.read_slice(bounce, src).ok()?;
+    to.write_slice(bounce, dst).ok()
 }
 
 /// Put `heads` (with `lens`) in the used ring and publish them with one index store, so
@@ -247,15 +476,15 @@ impl UsedWindow {
     }
 }
 
-/// Complete every chain in `heads` with length 0.
-fn return_unused<M: GuestMemory>(q: &mut Queue, mem: &M, heads: &[u16]) {
-    let zeros = vec![0u32; heads.len()];
-    let _ = publish_used(q, mem, heads, &zeros);
+/// Complete every chain in `heads` with length 0 (with the next publish).
+fn return_unused(heads: &[u16], used: &mut UsedBatch) {
+    used.heads.extend_from_slice(heads);
+    used.lens.resize(used.heads.len(), 0);
 }
 
 /// The net header followed by the frame, handed out in pieces.
 struct Cursor<'a> {
-    parts: [&'a [u8]; 2],
+    parts: [&'a [u8]; 3],
     part: usize,
     off: usize,
 }

@@ -1,5 +1,6 @@
 //! The server: one vhost-user socket per port, each served by its own thread that accepts
-//! one frontend at a time. Each connection gets a fresh device (backend, daemon, worker
+//! one frontend at a time, and optionally tap devices as further ports, each read by a
+//! thread of its own ([`crate::tap`]). Each connection gets a fresh device (backend, daemon, worker
 //! thread) behind vmirq-vhost's message guard (every vhost-user message checked before
 //! rust-vmm's handler sees it); when the frontend goes away the port is detached from the
 //! fabric, the device is torn down (worker joined, fds closed, guest memory unmapped) and
@@ -9,8 +10,10 @@
 use crate::backend::{NetBackend, ATTACH_EVENT, RX_TIMER_EVENT, TX_TIMER_EVENT};
 use crate::counters::PortSnapshot;
 use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
-use crate::queues::Policies;
+use crate::pmd::PmdSnapshot;
+use crate::queues::{Datapath, Policies};
 use crate::switch::{Switch, SwitchMode};
+use crate::tap::Tap;
 use crate::virtio::{default_mac, Mac, NetConfig, QUEUES, S_LINK_UP};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -47,6 +50,15 @@ pub enum ServerError {
     /// The vhost-user daemon failed.
     #[error("vhost-user device: {0}")]
     Daemon(String),
+    /// A tap device could not be opened.
+    #[error("cannot open tap {name}")]
+    Tap {
+        /// The interface name.
+        name: String,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
     /// A system call failed.
     #[error("system call failed")]
     Io(#[from] io::Error),
@@ -60,6 +72,8 @@ pub type Result<T> = std::result::Result<T, ServerError>;
 pub struct ServerConfig {
     /// One vhost-user socket per port, in port order.
     pub sockets: Vec<PathBuf>,
+    /// Tap devices (`--tap NAME`), ports after the sockets' (see [`crate::tap`]).
+    pub taps: Vec<String>,
     /// MAC of each port (missing ones get [`default_mac`]).
     pub macs: Vec<Mac>,
     /// Switching mode.
@@ -76,6 +90,7 @@ impl ServerConfig {
     pub fn new(sockets: Vec<PathBuf>) -> Self {
         Self {
             sockets,
+            taps: Vec::new(),
             macs: Vec::new(),
             switch: SwitchMode::Pairs,
             queue_size: 1024,
@@ -84,10 +99,12 @@ impl ServerConfig {
     }
 
     fn check(&self) -> Result<()> {
-        let n = self.sockets.len();
-        if !(2..=PORTS_MAX).contains(&n) {
+        let n = self.sockets.len() + self.taps.len();
+        if !(2..=PORTS_MAX).contains(&n) || self.sockets.is_empty() {
             return Err(ServerError::Config(format!(
-                "{n} sockets; a switch needs 2 to {PORTS_MAX}"
+                "{} sockets and {} taps; a switch needs 2 to {PORTS_MAX} ports, one a socket",
+                self.sockets.len(),
+                self.taps.len()
             )));
         }
         if !self.queue_size.is_power_of_two() || self.queue_size > 32768 {
@@ -107,12 +124,16 @@ pub struct ServerHandle {
     fabric: Arc<Fabric>,
     serving: Arc<Vec<AtomicBool>>,
     connections: Arc<AtomicU64>,
+    revoked: Arc<AtomicU64>,
 }
 
 impl ServerHandle {
     /// Stop: every connection is closed and [`Server::run`] returns.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(pmd) = self.fabric.pmd() {
+            pmd.wake();
+        }
         for c in self.current.iter() {
             if let Some(h) = c.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
                 h.shutdown();
@@ -144,6 +165,20 @@ impl ServerHandle {
             .is_some_and(|s| s.load(Ordering::Acquire))
     }
 
+    /// What the forwarding thread did (`--datapath pmd` only) and its kick waits.
+    #[must_use]
+    pub fn pmd_counters(&self) -> Option<(PmdSnapshot, QueueSnapshot)> {
+        let pmd = self.fabric.pmd()?;
+        Some((pmd.counters.snapshot(), pmd.queue.snapshot()))
+    }
+
+    /// Connections dropped because their frontend truncated its guest memory (see
+    /// `vmirq_vhost::sigbus`).
+    #[must_use]
+    pub fn memory_revoked(&self) -> u64 {
+        self.revoked.load(Ordering::Relaxed)
+    }
+
     /// Frontend connections accepted so far, all ports.
     #[must_use]
     pub fn connections(&self) -> u64 {
@@ -156,6 +191,7 @@ pub struct Server {
     config: ServerConfig,
     handle: ServerHandle,
     listeners: Vec<Listener>,
+    taps: Vec<Arc<Tap>>,
 }
 
 impl Server {
@@ -165,7 +201,7 @@ impl Server {
     /// [`ServerError::Config`] or [`ServerError::Listen`].
     pub fn new(config: ServerConfig) -> Result<Self> {
         config.check()?;
-        let n = config.sockets.len();
+        let n = config.sockets.len() + config.taps.len();
         let listeners = config
             .sockets
             .iter()
@@ -176,18 +212,39 @@ impl Server {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let fabric = Arc::new(Fabric::new(Switch::new(config.switch, n)));
+        let switch = Switch::new(config.switch, n);
+        let fabric = Arc::new(match config.policies.datapath {
+            Datapath::PerPort => Fabric::new(switch),
+            Datapath::Pmd { .. } => Fabric::with_pmd(switch).0,
+        });
+        let taps = config
+            .taps
+            .iter()
+            .map(|name| {
+                Tap::open(name)
+                    .map(Arc::new)
+                    .map_err(|source| ServerError::Tap {
+                        name: name.clone(),
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (i, tap) in taps.iter().enumerate() {
+            fabric.set_tap(config.sockets.len() + i, Arc::clone(tap));
+        }
         let handle = ServerHandle {
             stop: Arc::new(AtomicBool::new(false)),
             current: Arc::new((0..n).map(|_| Mutex::new(None)).collect()),
             fabric,
             serving: Arc::new((0..n).map(|_| AtomicBool::new(false)).collect()),
             connections: Arc::new(AtomicU64::new(0)),
+            revoked: Arc::new(AtomicU64::new(0)),
         };
         Ok(Self {
             config,
             handle,
             listeners,
+            taps,
         })
     }
 
@@ -206,9 +263,26 @@ impl Server {
             config,
             handle,
             listeners,
+            taps,
         } = self;
-        tracing::info!(ports = listeners.len(), switch = ?config.switch, "serving");
+        let first_tap = listeners.len();
+        tracing::info!(
+            sockets = listeners.len(),
+            taps = taps.len(),
+            switch = ?config.switch,
+            "serving"
+        );
         let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            if let (Some(pmd), Datapath::Pmd { cpu }) =
+                (handle.fabric.pmd(), config.policies.datapath)
+            {
+                let (fabric, stop, policies) = (&handle.fabric, &handle.stop, &config.policies);
+                std::thread::Builder::new()
+                    .name("vmirq-net-pmd".into())
+                    .spawn_scoped(scope, move || {
+                        crate::pmd::run(fabric, pmd, stop, policies, cpu);
+                    })?;
+            }
             let threads: Vec<_> = listeners
                 .into_iter()
                 .enumerate()
@@ -226,6 +300,16 @@ impl Server {
                         })
                 })
                 .collect::<io::Result<Vec<_>>>()?;
+            let mut threads = threads;
+            for (i, tap) in taps.into_iter().enumerate() {
+                let h = handle.clone();
+                let port = first_tap + i;
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("vmirq-net-tap{port}"))
+                        .spawn_scoped(scope, move || serve_tap(&h, port, &tap))?,
+                );
+            }
             Ok::<_, ServerError>(
                 threads
                     .into_iter()
@@ -239,6 +323,23 @@ impl Server {
         })?;
         results.into_iter().collect()
     }
+}
+
+/// Read frames the kernel sends on tap port `port` and switch them, until the server stops.
+fn serve_tap(h: &ServerHandle, port: usize, tap: &Tap) -> Result<()> {
+    tracing::info!(port, tap = tap.name(), "tap port");
+    let mut buf = Vec::with_capacity(crate::tap::TAP_FRAME_MAX);
+    while !h.stop.load(Ordering::Acquire) {
+        match tap.recv(&mut buf, ACCEPT_POLL_MS) {
+            Ok(Some(_)) => h.fabric.from_tap(port, &buf),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(port, tap = tap.name(), error = %e, "tap read failed");
+                return Err(ServerError::Io(e));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn serve_port(cfg: &ServerConfig, h: &ServerHandle, port: usize, listener: Listener) -> Result<()> {
@@ -306,6 +407,7 @@ fn serve_connection(
     })
     .map_err(|e| ServerError::Daemon(e.to_string()))?;
     backend.attach()?;
+    backend.revocation().set_shutdown(conn.shutdown_handle());
     if let Some(slot) = h.fabric.slot(port) {
         slot.counters.connections.fetch_add(1, Ordering::Relaxed);
     }
@@ -319,6 +421,15 @@ fn serve_connection(
     }
     tracing::info!(port, "frontend connected");
     conn.wait();
+    if let Some(what) = backend.revocation().revoked() {
+        h.revoked.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            port,
+            "the frontend truncated guest memory it had handed over: {what}; its queues \
+             are stopped, no frame that touched that memory was forwarded or completed, and \
+             the connection is dropped"
+        );
+    }
     *h.current[port]
         .lock()
         .unwrap_or_else(PoisonError::into_inner) = None;

@@ -10,7 +10,7 @@
 
 use crate::virtio::{check_tx_hdr, TxHdrError, ETH_HDR_LEN, FRAME_LEN_MAX, HDR_LEN};
 use virtio_queue::desc::split::Descriptor;
-use vm_memory::{Bytes, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestMemoryBackend, GuestMemoryMmap};
 use vmirq_vhost::chain::{walk_chain, DescTable, Violation};
 
 /// Why a transmitted chain is dropped.
@@ -71,5 +71,75 @@ pub fn read_chain(
     let mut hdr = [0u8; HDR_LEN];
     hdr.copy_from_slice(&buf[..HDR_LEN]);
     check_tx_hdr(&hdr)?;
+    Ok(())
+}
+
+/// The net header and the Ethernet header of a transmitted frame.
+pub const PREFIX_LEN: usize = HDR_LEN + ETH_HDR_LEN;
+
+/// [`read_chain`] without copying the frame: the same checks (every descriptor readable
+/// and inside guest memory, the length bounds, the net header), the chain's descriptors
+/// left in `descs` and its first [`PREFIX_LEN`] bytes (net header, Ethernet header) copied
+/// into `prefix`. Returns the frame's length (net header excluded). The frame's bytes are
+/// copied later, straight into a receive queue ([`crate::rx::FrameSrc::Guest`]).
+///
+/// # Errors
+/// [`TxError`].
+pub fn scan_chain(
+    mem: &GuestMemoryMmap,
+    table: DescTable,
+    head: u16,
+    descs: &mut Vec<Descriptor>,
+    prefix: &mut [u8; PREFIX_LEN],
+) -> Result<usize, TxError> {
+    walk_chain(mem, table, head, descs)?;
+    let limit = HDR_LEN + FRAME_LEN_MAX;
+    let mut total = 0usize;
+    for desc in descs.iter() {
+        if desc.is_write_only() {
+            return Err(TxError::Writable);
+        }
+        let len = usize::try_from(desc.len()).map_err(|_| TxError::TooLong)?;
+        let end = total.checked_add(len).ok_or(TxError::TooLong)?;
+        if end > limit {
+            return Err(TxError::TooLong);
+        }
+        if !mem.check_range(desc.addr(), len) {
+            return Err(TxError::OutsideMemory);
+        }
+        if total < PREFIX_LEN {
+            let n = len.min(PREFIX_LEN - total);
+            mem.read_slice(&mut prefix[total..total + n], desc.addr())
+                .map_err(|_| TxError::OutsideMemory)?;
+        }
+        total = end;
+    }
+    if total < PREFIX_LEN {
+        return Err(TxError::Runt);
+    }
+    let mut hdr = [0u8; HDR_LEN];
+    hdr.copy_from_slice(&prefix[..HDR_LEN]);
+    check_tx_hdr(&hdr)?;
+    Ok(total - HDR_LEN)
+}
+
+/// Copy the frame of a chain [`scan_chain`] accepted into `buf` (net header excluded).
+///
+/// # Errors
+/// The memory no longer holds a descriptor.
+pub fn gather_frame(
+    mem: &GuestMemoryMmap,
+    descs: &[Descriptor],
+    buf: &mut Vec<u8>,
+) -> Result<(), TxError> {
+    buf.clear();
+    for desc in descs {
+        let len = usize::try_from(desc.len()).map_err(|_| TxError::TooLong)?;
+        let start = buf.len();
+        buf.resize(start + len, 0);
+        mem.read_slice(&mut buf[start..], desc.addr())
+            .map_err(|_| TxError::OutsideMemory)?;
+    }
+    buf.drain(..HDR_LEN.min(buf.len()));
     Ok(())
 }

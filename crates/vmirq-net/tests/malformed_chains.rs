@@ -8,6 +8,8 @@
 
 mod common;
 
+use vmirq_net::queues::Datapath;
+
 use common::raw::{RawPort, DATA, F_NEXT, F_WRITE, MEM_LEN};
 use std::time::{Duration, Instant};
 use vmirq_net::counters::PortSnapshot;
@@ -50,9 +52,8 @@ fn post_rx(port: &mut RawPort, i: u16) {
     port.offer(RX, i);
 }
 
-#[test]
-fn malformed_transmit_chains_are_dropped_and_counted() {
-    let server = common::start(2, |_| {});
+fn malformed_transmit_chains_are_dropped_and_counted_on(datapath: Datapath) {
+    let server = common::start(2, |c| c.policies.datapath = datapath);
     let mut p0 = RawPort::connect(&server.sockets[0], F_MRG_RXBUF | F_EVENT_IDX);
     let mut p1 = RawPort::connect(&server.sockets[1], F_MRG_RXBUF | F_EVENT_IDX);
     for i in 0..8 {
@@ -112,9 +113,8 @@ fn malformed_transmit_chains_are_dropped_and_counted() {
     server.stop();
 }
 
-#[test]
-fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works() {
-    let server = common::start(2, |_| {});
+fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works_on(datapath: Datapath) {
+    let server = common::start(2, |c| c.policies.datapath = datapath);
     let p0 = RawPort::connect(&server.sockets[0], F_EVENT_IDX);
     let mut p1 = RawPort::connect(&server.sockets[1], F_EVENT_IDX);
     post_rx(&mut p1, 0);
@@ -140,9 +140,8 @@ fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works() {
     server.stop();
 }
 
-#[test]
-fn bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted() {
-    let server = common::start(2, |_| {});
+fn bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted_on(datapath: Datapath) {
+    let server = common::start(2, |c| c.policies.datapath = datapath);
     let mut p0 = RawPort::connect(&server.sockets[0], F_EVENT_IDX);
     // No MRG_RXBUF: a frame must fit one receive chain.
     let mut p1 = RawPort::connect(&server.sockets[1], F_EVENT_IDX);
@@ -182,4 +181,39 @@ fn bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted() {
     p0.close();
     p1.close();
     server.stop();
+}
+
+#[test]
+fn malformed_transmit_chains_are_dropped_and_counted() {
+    malformed_transmit_chains_are_dropped_and_counted_on(Datapath::PerPort);
+}
+
+#[test]
+fn malformed_transmit_chains_are_dropped_and_counted_with_one_forwarding_thread() {
+    malformed_transmit_chains_are_dropped_and_counted_on(Datapath::Pmd { cpu: None });
+}
+
+#[test]
+fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works() {
+    an_available_index_jump_breaks_the_queue_and_the_next_frontend_works_on(Datapath::PerPort);
+}
+
+#[test]
+fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works_with_one_forwarding_thread()
+{
+    an_available_index_jump_breaks_the_queue_and_the_next_frontend_works_on(Datapath::Pmd {
+        cpu: None,
+    });
+}
+
+#[test]
+fn bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted() {
+    bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted_on(Datapath::PerPort);
+}
+
+#[test]
+fn bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted_with_one_forwarding_thread() {
+    bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted_on(Datapath::Pmd {
+        cpu: None,
+    });
 }

@@ -10,6 +10,8 @@
 
 mod common;
 
+use vmirq_net::queues::Datapath;
+
 use std::io::Write as _;
 use vmirq_netload::peer::{self, TestPmd, TestPmdConfig};
 
@@ -56,50 +58,55 @@ fn testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect() {
         );
         return;
     }
-    let server = common::start(2, |_| {});
-    let mut last = server.handle.counters();
-    for round in 0..2 {
-        let stats = one_client(&server, round);
-        for p in 0..2 {
-            server.wait_idle(p);
-        }
-        let now = server.handle.counters();
-        let _ = writeln!(std::io::stderr(), "testpmd {stats:?}\nswitch {now:?}");
-        assert_eq!(stats.len(), 2, "testpmd printed its forward statistics");
-        for s in &stats {
-            assert_eq!(s.rx_dropped + s.tx_dropped, 0, "testpmd dropped: {stats:?}");
-            assert!(s.rx_packets > 1_000 && s.tx_packets > 1_000, "{stats:?}");
-        }
-        let d = |p: usize| -> (u64, u64, u64) {
-            (
-                now[p].tx_frames - last[p].tx_frames,
-                now[p].rx_frames - last[p].rx_frames,
-                now[p].tx_no_destination - last[p].tx_no_destination,
-            )
-        };
-        let ((tx0, rx0, gone0), (tx1, rx1, gone1)) = (d(0), d(1));
-        // What testpmd sent on a port, the switch took, and delivered to the other port, but
-        // for the frames still in flight when testpmd closed the other port first (its
-        // shutdown closes one port, then the other): those are dropped as having no
-        // destination, counted, and no more than one ring's worth.
-        assert_eq!(tx0, stats[0].tx_packets, "port 0");
-        assert_eq!(tx1, stats[1].tx_packets, "port 1");
-        assert_eq!(tx0, rx1 + gone0, "port 0 -> 1");
-        assert_eq!(tx1, rx0 + gone1, "port 1 -> 0");
-        assert!(
-            gone0 + gone1 <= 1024,
-            "more than a ring dropped at teardown"
-        );
-        for (p, c) in now.iter().enumerate() {
-            assert_eq!(
-                c.dropped() - c.tx_no_destination,
-                0,
-                "port {p} dropped: {c:?}"
+    // Both data paths, one after the other (two testpmd clients at once would share the
+    // hugepages and the 2 CPUs).
+    for datapath in [Datapath::PerPort, Datapath::Pmd { cpu: None }] {
+        let _ = writeln!(std::io::stderr(), "--datapath {datapath}");
+        let server = common::start(2, |c| c.policies.datapath = datapath);
+        let mut last = server.handle.counters();
+        for round in 0..2 {
+            let stats = one_client(&server, round);
+            for p in 0..2 {
+                server.wait_idle(p);
+            }
+            let now = server.handle.counters();
+            let _ = writeln!(std::io::stderr(), "testpmd {stats:?}\nswitch {now:?}");
+            assert_eq!(stats.len(), 2, "testpmd printed its forward statistics");
+            for s in &stats {
+                assert_eq!(s.rx_dropped + s.tx_dropped, 0, "testpmd dropped: {stats:?}");
+                assert!(s.rx_packets > 1_000 && s.tx_packets > 1_000, "{stats:?}");
+            }
+            let d = |p: usize| -> (u64, u64, u64) {
+                (
+                    now[p].tx_frames - last[p].tx_frames,
+                    now[p].rx_frames - last[p].rx_frames,
+                    now[p].tx_no_destination - last[p].tx_no_destination,
+                )
+            };
+            let ((tx0, rx0, gone0), (tx1, rx1, gone1)) = (d(0), d(1));
+            // What testpmd sent on a port, the switch took, and delivered to the other port, but
+            // for the frames still in flight when testpmd closed the other port first (its
+            // shutdown closes one port, then the other): those are dropped as having no
+            // destination, counted, and no more than one ring's worth.
+            assert_eq!(tx0, stats[0].tx_packets, "port 0");
+            assert_eq!(tx1, stats[1].tx_packets, "port 1");
+            assert_eq!(tx0, rx1 + gone0, "port 0 -> 1");
+            assert_eq!(tx1, rx0 + gone1, "port 1 -> 0");
+            assert!(
+                gone0 + gone1 <= 1024,
+                "more than a ring dropped at teardown"
             );
-            assert_eq!(c.rx_bad_chain + c.queue_broken, 0, "port {p}: {c:?}");
-            assert_eq!(c.connections, round as u64 + 1);
+            for (p, c) in now.iter().enumerate() {
+                assert_eq!(
+                    c.dropped() - c.tx_no_destination,
+                    0,
+                    "port {p} dropped: {c:?}"
+                );
+                assert_eq!(c.rx_bad_chain + c.queue_broken, 0, "port {p}: {c:?}");
+                assert_eq!(c.connections, round as u64 + 1);
+            }
+            last = now;
         }
-        last = now;
+        server.stop();
     }
-    server.stop();
 }

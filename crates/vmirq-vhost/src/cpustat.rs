@@ -99,12 +99,28 @@ pub fn parse_schedstat(text: &[u8]) -> Option<(Nanos, Nanos)> {
     Some((fields.next()?.ok()?, fields.next()?.ok()?))
 }
 
+/// Whether the other threads of the process count as the waiter's own work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Siblings {
+    /// Yes: their CPU time is taken off the waiter's run-queue delay. Right for a device
+    /// whose helpers run on the waiter's CPU (vmirq-blk: io_uring's io-wq workers).
+    #[default]
+    Discount,
+    /// No: the other threads are peers of the waiter, not its helpers (vmirq-net: the
+    /// other ports' workers, or the client in the same process). With `Discount`, two
+    /// polling workers of one process on different CPUs each report the other's whole CPU
+    /// time as sibling time, which cancels every wait the gate sees: that is why two
+    /// `--poll kvm` port workers and a polling client on 2 CPUs were never stopped.
+    Ignore,
+}
+
 /// Turns a [`CpuSource`]'s running totals into [`CpuSample`]s, at most one per
 /// [`SAMPLE_EVERY_NS`].
 pub struct CpuSampler {
     source: Box<dyn CpuSource>,
     last: Option<CpuTotals>,
     next_ns: Nanos,
+    siblings: Siblings,
 }
 
 impl CpuSampler {
@@ -115,7 +131,15 @@ impl CpuSampler {
             source,
             last: None,
             next_ns: 0,
+            siblings: Siblings::Discount,
         }
+    }
+
+    /// The same sampler, treating the process's other threads as `siblings` says.
+    #[must_use]
+    pub fn with_siblings(mut self, siblings: Siblings) -> Self {
+        self.siblings = siblings;
+        self
     }
 
     /// The change since the previous sample if one is due at `now` (the first read only sets
@@ -131,10 +155,13 @@ impl CpuSampler {
         Some(CpuSample {
             ran_ns,
             waited_ns: cur.waited_ns.saturating_sub(prev.waited_ns),
-            siblings_ns: cur
-                .process_ns
-                .saturating_sub(prev.process_ns)
-                .saturating_sub(ran_ns),
+            siblings_ns: match self.siblings {
+                Siblings::Discount => cur
+                    .process_ns
+                    .saturating_sub(prev.process_ns)
+                    .saturating_sub(ran_ns),
+                Siblings::Ignore => 0,
+            },
         })
     }
 }
@@ -194,6 +221,20 @@ mod tests {
                 process_ns: self.0 * 3 / 2,
             })
         }
+    }
+
+    #[test]
+    fn sampler_ignoring_siblings_reports_none() {
+        let mut s = CpuSampler::new(Box::new(Counter(0))).with_siblings(Siblings::Ignore);
+        assert_eq!(s.sample(0), None);
+        assert_eq!(
+            s.sample(SAMPLE_EVERY_NS),
+            Some(CpuSample {
+                ran_ns: 1000,
+                waited_ns: 100,
+                siblings_ns: 0,
+            })
+        );
     }
 
     #[test]

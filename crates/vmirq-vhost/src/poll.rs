@@ -108,6 +108,17 @@ impl KickPoller {
     /// # Errors
     /// When the rings cannot be accessed.
     pub fn begin(&mut self, ring: &mut dyn Ring, mem: &GuestMemoryMmap) -> Result<PollStart> {
+        let start = self.decide();
+        if matches!(start, PollStart::Poll(_)) {
+            ring.queue_mut().disable_notification(mem)?;
+        }
+        Ok(start)
+    }
+
+    /// [`KickPoller::begin`] for a waiter that owns its rings' notification state itself
+    /// (one thread polling several queues): the policy's and the gate's decision only.
+    /// On `Poll` the caller keeps kicks disabled on every ring it polls.
+    pub fn decide(&mut self) -> PollStart {
         let start = now_ns();
         let wanted = self.waiter.begin(start);
         if matches!(wanted, WaitDecision::Poll { .. }) {
@@ -119,12 +130,19 @@ impl KickPoller {
                     QueueCounters::add(&self.c().poll_contended, 1);
                 }
                 self.sleeping_since = Some(start);
-                return Ok(PollStart::Sleep);
+                return PollStart::Sleep;
             }
             WaitDecision::Poll { until } => until,
         };
-        ring.queue_mut().disable_notification(mem)?;
-        Ok(PollStart::Poll(PollWindow { until, spins: 0 }))
+        PollStart::Poll(PollWindow { until, spins: 0 })
+    }
+
+    /// [`KickPoller::finish`] for a waiter that owns its rings: the window found nothing and
+    /// the caller re-enabled kicks on every ring and found them still empty (counted as a
+    /// miss; the worker goes to sleep).
+    pub fn slept(&mut self) {
+        QueueCounters::add(&self.c().poll_misses, 1);
+        self.sleeping_since = Some(now_ns());
     }
 
     /// One poll iteration found nothing at `now`: returns whether to keep polling (the

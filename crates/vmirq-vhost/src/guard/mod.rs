@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use wire::{Message, WireError, FLAG_NEED_REPLY, FLAG_REPLY, HEADER_LEN};
+use wire::{Message, WireError, FLAG_NEED_REPLY, FLAG_REPLY};
 
 /// How long the daemon may take to connect to the guard's private socket.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -241,7 +241,22 @@ fn forward(
             return false;
         }
     };
+    tracing::trace!(
+        request = msg.request,
+        flags = msg.flags,
+        payload = ?msg.payload.get(..8),
+        "vhost-user message"
+    );
     let step = match rules.check(&msg) {
+        Ok(()) if rules.early_vring_enable(&msg) => {
+            tracing::debug!(
+                vring = msg.u32_at(0),
+                enable = msg.u32_at(4),
+                "SET_VRING_ENABLE before PROTOCOL_FEATURES was acked: answered by the guard"
+            );
+            let ack = rules.reply_ack() && msg.flags & FLAG_NEED_REPLY != 0;
+            Ok((Step::Answered(ack.then(|| ack_reply(&msg, 0))), None))
+        }
         Ok(()) => match hook {
             Some(h) => h
                 .request(&mut msg)
@@ -253,9 +268,13 @@ fn forward(
     };
     match step {
         Ok((Step::Forward, hook)) => {
-            let sent = wire::send_all(back, &msg.to_bytes(), &msg.files).is_ok();
+            let mut sent = wire::send_all(back, &msg.to_bytes(), &msg.files).is_ok();
             if let (true, Some(h)) = (sent, hook) {
                 h.forwarded(&msg);
+            }
+            if let (true, Some(late)) = (sent, rules.after_forward(&msg)) {
+                // No NEED_REPLY flag: the handler answers nothing the frontend does not expect.
+                sent = wire::send_all(back, &late.to_bytes(), &[]).is_ok();
             }
             sent
         }
@@ -265,21 +284,21 @@ fn forward(
         Err(refusal) => {
             tracing::warn!("vhost-user message refused: {refusal}; closing the connection");
             if rules.reply_ack() && msg.flags & FLAG_NEED_REPLY != 0 {
-                let _ = wire::send_all(front, &failure_ack(&msg), &[]);
+                let _ = wire::send_all(front, &ack_reply(&msg, 1).to_bytes(), &[]);
             }
             false
         }
     }
 }
 
-/// A REPLY_ACK reply saying the request failed.
-fn failure_ack(msg: &Message) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + 8);
-    out.extend_from_slice(&msg.request.to_le_bytes());
-    out.extend_from_slice(&(1 | FLAG_REPLY).to_le_bytes());
-    out.extend_from_slice(&8u32.to_le_bytes());
-    out.extend_from_slice(&1u64.to_le_bytes());
-    out
+/// A REPLY_ACK reply to `msg`: 0 says it succeeded, anything else that it failed.
+fn ack_reply(msg: &Message, status: u64) -> Message {
+    Message {
+        request: msg.request,
+        flags: 1 | FLAG_REPLY,
+        payload: status.to_le_bytes().to_vec(),
+        files: Vec::new(),
+    }
 }
 
 /// Block until either socket is readable (or hung up); returns which.

@@ -25,6 +25,8 @@ use super::wire::req as code;
 
 /// `VHOST_USER_PROTOCOL_F_REPLY_ACK`.
 const PROTOCOL_REPLY_ACK: u64 = 1 << 3;
+/// `VHOST_USER_F_PROTOCOL_FEATURES` (a virtio feature bit of SET_FEATURES).
+const F_PROTOCOL_FEATURES: u64 = 1 << 30;
 /// Most regions in one SET_MEM_TABLE (`vhost`'s limit of descriptors per message).
 const MAX_REGIONS: usize = 32;
 /// Bytes of one region entry (guest address, size, frontend address, mmap offset).
@@ -164,6 +166,10 @@ pub struct Rules {
     limits: Limits,
     owner: bool,
     reply_ack: bool,
+    /// SET_FEATURES acked VHOST_USER_F_PROTOCOL_FEATURES.
+    protocol_features_acked: bool,
+    /// The last SET_VRING_ENABLE of each vring sent before that ack, not yet applied.
+    early_enable: Vec<Option<u32>>,
     regions: Vec<Region>,
     vrings: Vec<Vring>,
 }
@@ -176,6 +182,8 @@ impl Rules {
             limits,
             owner: false,
             reply_ack: false,
+            protocol_features_acked: false,
+            early_enable: vec![None; usize::from(limits.queues)],
             regions: Vec::new(),
             vrings: vec![Vring::default(); usize::from(limits.queues)],
         }
@@ -185,6 +193,42 @@ impl Rules {
     #[must_use]
     pub fn reply_ack(&self) -> bool {
         self.reply_ack
+    }
+
+    /// Whether `msg` (already [`Rules::check`]ed) is a SET_VRING_ENABLE sent before SET_FEATURES
+    /// acked VHOST_USER_F_PROTOCOL_FEATURES; if so it is remembered for
+    /// [`Rules::after_forward`]. QEMU 7.2's vhost-user-net sends the rings' enables only
+    /// then (`peer_attach`, when the card is realized and when the guest's driver sets
+    /// DRIVER_OK), before SET_FEATURES; rust-vmm's handler refuses such a message and drops
+    /// the connection, and DPDK's vhost library keeps the state. So the guard answers it
+    /// itself (a success ack when asked for) and hands the handler the last enable of each
+    /// ring once PROTOCOL_FEATURES is acked and the ring has its kick fd.
+    pub fn early_vring_enable(&mut self, msg: &Message) -> bool {
+        if msg.request != code::SET_VRING_ENABLE || self.protocol_features_acked {
+            return false;
+        }
+        if let Some(slot) = self.early_enable.get_mut(msg.u32_at(0) as usize) {
+            *slot = Some(msg.u32_at(4));
+        }
+        true
+    }
+
+    /// A message for the handler right after `msg` was forwarded: the remembered early
+    /// enable of a ring whose SET_VRING_KICK this is (see [`Rules::early_vring_enable`]).
+    pub fn after_forward(&mut self, msg: &Message) -> Option<Message> {
+        if msg.request != code::SET_VRING_KICK || !self.protocol_features_acked {
+            return None;
+        }
+        let index = u32::try_from(msg.u64_at(0) & !NO_FD).ok()?;
+        let enable = self.early_enable.get_mut(index as usize)?.take()?;
+        let mut payload = index.to_le_bytes().to_vec();
+        payload.extend_from_slice(&enable.to_le_bytes());
+        Some(Message {
+            request: code::SET_VRING_ENABLE,
+            flags: 1,
+            payload,
+            files: Vec::new(),
+        })
     }
 
     /// Check `msg`, and remember what it sets.
@@ -222,7 +266,15 @@ impl Rules {
         }
         match r {
             code::SET_OWNER => self.owner = true,
-            code::RESET_OWNER => self.owner = false,
+            code::RESET_OWNER => {
+                self.owner = false;
+                self.protocol_features_acked = false;
+                self.early_enable.fill(None);
+            }
+            code::SET_FEATURES => {
+                size(msg, 8)?;
+                self.protocol_features_acked = msg.u64_at(0) & F_PROTOCOL_FEATURES != 0;
+            }
             code::SET_PROTOCOL_FEATURES => {
                 size(msg, 8)?;
                 self.reply_ack = msg.u64_at(0) & PROTOCOL_REPLY_ACK != 0;
@@ -529,6 +581,44 @@ mod tests {
         r.check(&msg(code::SET_OWNER, vec![], vec![]))
             .expect("owner");
         r
+    }
+
+    #[test]
+    fn vring_enable_before_protocol_features_are_acked_is_applied_after_the_kick() {
+        let mut r = owned();
+        let enable = msg(code::SET_VRING_ENABLE, state(1, 1), vec![]);
+        r.check(&enable).expect("a valid ring");
+        assert!(r.early_vring_enable(&enable), "QEMU's early enable");
+        let kick = msg(
+            code::SET_VRING_KICK,
+            (1u64 | NO_FD).to_le_bytes().to_vec(),
+            vec![],
+        );
+        assert!(r.after_forward(&kick).is_none(), "features not acked yet");
+        let with = msg(
+            code::SET_FEATURES,
+            ((1u64 << 32) | F_PROTOCOL_FEATURES).to_le_bytes().to_vec(),
+            vec![],
+        );
+        r.check(&with).expect("features");
+        assert!(!r.early_vring_enable(&enable), "the handler's from now on");
+        let other = msg(code::SET_VRING_KICK, NO_FD.to_le_bytes().to_vec(), vec![]);
+        assert!(
+            r.after_forward(&other).is_none(),
+            "ring 0 had no early enable"
+        );
+        let late = r.after_forward(&kick).expect("ring 1's enable, once");
+        assert_eq!(
+            (late.request, late.payload),
+            (code::SET_VRING_ENABLE, state(1, 1))
+        );
+        assert!(r.after_forward(&kick).is_none(), "applied once");
+        r.check(&msg(code::RESET_OWNER, vec![], vec![]))
+            .expect("reset");
+        assert!(
+            r.early_vring_enable(&enable),
+            "a reset forgets the features"
+        );
     }
 
     #[test]

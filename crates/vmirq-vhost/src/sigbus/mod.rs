@@ -13,11 +13,17 @@
 //! the device breaks its queues and drops the connection. A SIGBUS anywhere else goes to the
 //! previous disposition.
 //!
+//! [`Revocation`] is one connection's side of this for any device (vmirq-net uses it;
+//! vmirq-blk's backend has its own copy of the same steps).
+//!
 //! [`unsealed_memfd`] tells the guard when a region's file is a memfd that can still shrink
 //! (a warning only: QEMU's file and hugetlbfs memory backends cannot be sealed).
 
 pub mod handler;
+pub mod revocation;
 pub mod table;
+
+pub use revocation::Revocation;
 
 use std::fs::File;
 use std::io;

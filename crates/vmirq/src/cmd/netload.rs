@@ -86,6 +86,9 @@ pub struct Args {
     /// `--poll` of the `vmirq` peer.
     #[arg(long, default_value = "never", value_name = "SPEC")]
     vmirq_poll: WaitSpec,
+    /// `--datapath` of the `vmirq` peer (`per-port`, `pmd`, `pmd:cpu=N`).
+    #[arg(long, default_value = "per-port", value_name = "MODE")]
+    vmirq_datapath: vmirq_net::queues::Datapath,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
@@ -167,6 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let base = Policies {
         poll: args.vmirq_poll,
+        datapath: args.vmirq_datapath,
         ..Policies::default()
     };
     let peers = if cfg.sockets.is_empty() {

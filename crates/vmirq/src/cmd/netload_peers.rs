@@ -36,7 +36,10 @@ impl Target {
     pub fn label(&self) -> String {
         match self {
             Self::Testpmd => "testpmd".into(),
-            Self::Vmirq(p) => format!("vmirq[{}]", p.moderation.name()),
+            Self::Vmirq(p) => match p.datapath {
+                vmirq_net::queues::Datapath::PerPort => format!("vmirq[{}]", p.moderation.name()),
+                d => format!("vmirq[{},{d}]", p.moderation.name()),
+            },
         }
     }
 
@@ -100,8 +103,8 @@ impl VmirqPeer {
     /// `serve-net` as a command line would say it.
     pub fn describe(&self, policies: &Policies) -> String {
         format!(
-            "vmirq serve-net (in process) --moderation {} --poll {}",
-            policies.moderation, policies.poll
+            "vmirq serve-net (in process) --moderation {} --poll {} --datapath {}",
+            policies.moderation, policies.poll, policies.datapath
         )
     }
 
@@ -109,6 +112,12 @@ impl VmirqPeer {
     pub fn stop(mut self) -> anyhow::Result<String> {
         self.handle.stop();
         let mut summary = String::new();
+        if let Some((pmd, q)) = self.handle.pmd_counters() {
+            summary.push_str(&format!(
+                "{pmd} poll_hits={} poll_misses={} poll_contended={}\n",
+                q.poll_hits, q.poll_misses, q.poll_contended
+            ));
+        }
         for (p, c) in self.handle.counters().iter().enumerate() {
             summary.push_str(&format!(
                 "port {p}: tx_frames={} rx_frames={} dropped={}",

@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::Args as ClapArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vmirq_net::queues::Policies;
+use vmirq_net::queues::{Datapath, Policies};
 use vmirq_net::server::{Server, ServerConfig, ServerHandle};
 use vmirq_net::switch::SwitchMode;
 use vmirq_net::virtio::Mac;
@@ -14,10 +14,15 @@ use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
 /// Options of `vmirq serve-net`.
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// vhost-user unix socket of a port (repeat, in port order: two or more; an old file at
+    /// vhost-user unix socket of a port (repeat, in port order: with the taps, two or more ports; an old file at
     /// the path is replaced).
     #[arg(long = "socket", value_name = "PATH", required = true, num_args = 1)]
     sockets: Vec<PathBuf>,
+    /// A Linux tap device as a further port (repeat; ports after the sockets'): created, or
+    /// attached if it exists; IFF_TAP|IFF_NO_PI, bare Ethernet frames, no virtio-net header.
+    /// The interface is left down: bring it up with `ip link set NAME up`.
+    #[arg(long = "tap", value_name = "NAME")]
+    taps: Vec<String>,
     /// MAC address of a port's device (repeat, in port order; default 52:54:00:76:6e:NN).
     #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
     macs: Vec<Mac>,
@@ -39,6 +44,12 @@ pub struct Args {
     /// When kick polling stops for a neighbour: `stop`, `stop:wait_pct=P`, or `off`.
     #[arg(long, default_value_t = ContentionSpec::default(), value_name = "SPEC")]
     poll_contention: ContentionSpec,
+    /// Which threads move frames: `per-port` (each port's worker drains its transmit queue
+    /// when kicked) or `pmd[:cpu=N]` (one forwarding thread polls every port in bursts of
+    /// 32, like an OVS-DPDK PMD thread, optionally pinned to CPU N; `--poll` bounds how
+    /// long it keeps polling once idle).
+    #[arg(long, default_value = "per-port", value_name = "MODE")]
+    datapath: Datapath,
 }
 
 fn parse_switch(s: &str) -> Result<SwitchMode, String> {
@@ -60,6 +71,7 @@ fn parse_mac(s: &str) -> Result<Mac, String> {
 /// Serve until SIGINT/SIGTERM; print every port's counters at the end (and on SIGUSR1).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut cfg = ServerConfig::new(args.sockets);
+    cfg.taps = args.taps;
     cfg.macs = args.macs;
     cfg.switch = args.switch;
     cfg.queue_size = args.queue_size;
@@ -67,6 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         moderation: args.moderation,
         poll: args.poll,
         contention: args.poll_contention,
+        datapath: args.datapath,
     };
     let server = Server::new(cfg).context("starting the switch")?;
     let handle = server.handle();
@@ -82,6 +95,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// One line per port: its switch counters, then its queues' generic counters.
 fn summary(handle: &ServerHandle) -> String {
     let mut out = String::new();
+    if let Some((pmd, q)) = handle.pmd_counters() {
+        out.push_str(&format!(
+            "{pmd} poll_hits={} poll_misses={} poll_contended={}\n",
+            q.poll_hits, q.poll_misses, q.poll_contended
+        ));
+    }
     for (p, c) in handle.counters().iter().enumerate() {
         let pairs: Vec<String> = c
             .pairs()

@@ -1,0 +1,378 @@
+//! The forwarding thread's burst (`--datapath pmd`): up to [`crate::pmd::BURST`] transmit
+//! chains off one source, in three steps.
+//!
+//! 1. Take: each chain is checked as [`crate::tx::read_chain`] does (ring rules, readable
+//!    descriptors inside guest memory, length bounds, the net header), but only its net
+//!    and Ethernet headers are copied out ([`scan_chain`]); the switch routes on those.
+//! 2. Deliver, in ring order: consecutive frames for one destination are written into its
+//!    receive queue under one RX vring lock and one moderation lock, each frame copied once,
+//!    straight from the source's memory into the receive buffers
+//!    ([`FrameSrc::Guest`]); their used entries are published with one index store for the
+//!    run (a merged frame is never visible in part), then the moderation policy sees each
+//!    frame and makes one notification decision for the run. Broadcasts and unknown
+//!    destinations (learning mode) take the per-frame path of the port workers.
+//! 3. Complete: the chains consumed go to the source's used ring; when a destination had
+//!    no room the first frame it refused and every later one stay in the source's ring
+//!    (`next_avail` put back), the source is marked blocked on the destination and its
+//!    refill kick armed, exactly as on the per-port path: no loss.
+
+use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
+use crate::classify::classify;
+use crate::counters::PortCounters;
+use crate::queues::{RxCtl, RxRing, TxCtl};
+use crate::rx::{arm_refill_kick, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
+use crate::switch::Route;
+use crate::tx::{gather_frame, scan_chain, TxError, PREFIX_LEN};
+use crate::virtio::HDR_LEN;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use vhost_user_backend::VringT;
+use virtio_queue::desc::split::Descriptor;
+use virtio_queue::{QueueOwnedT, QueueT};
+use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
+use vmirq_policy::moderation::{CompletionMeta, RequestKind};
+use vmirq_vhost::chain::DescTable;
+use vmirq_vhost::notify::Submissions;
+use vmirq_vhost::LiveRing;
+
+/// One chain taken off the source.
+struct Taken {
+    head: u16,
+    /// Its descriptors in [`BurstScratch::descs`].
+    descs: Range<usize>,
+    /// Frame length (net header excluded); 0 for a bad chain.
+    len: usize,
+    prefix: [u8; PREFIX_LEN],
+    /// Why the chain is dropped, if it is.
+    bad: Option<TxError>,
+    route: Route,
+}
+
+/// Reusable buffers of a burst (no allocation per frame once warm).
+#[derive(Default)]
+pub(super) struct BurstScratch {
+    taken: Vec<Taken>,
+    descs: Vec<Descriptor>,
+    one: Vec<Descriptor>,
+    frame: Vec<u8>,
+    rx: RxScratch,
+    used: UsedBatch,
+    metas: Vec<CompletionMeta>,
+    dests: Dests,
+    /// The source's available ring broke during the last burst.
+    pub(super) broken: bool,
+}
+
+/// How a run of frames for one destination ended.
+struct RunEnd {
+    /// Frames consumed from the source (delivered, or dropped and counted).
+    consumed: usize,
+    /// The next frame found no room: stop the source.
+    blocked: bool,
+}
+
+impl Fabric {
+    /// One burst of at most `limit` chains off `src` (the caller holds its TX vring and
+    /// moderation locks). Returns the chains consumed.
+    pub(super) fn burst(
+        &self,
+        src: usize,
+        tx: &mut LiveRing<'_>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+        b: &mut BurstScratch,
+        limit: usize,
+    ) -> usize {
+        let start = tx.state.get_queue().next_avail();
+        self.take(src, tx, mem, b, limit);
+        let done = self.deliver_all(src, mem, b);
+        tx.state
+            .get_queue_mut()
+            .set_next_avail(start.wrapping_add(u16::try_from(done).unwrap_or(u16::MAX)));
+        self.complete(src, tx, ctl, mem, &b.taken[..done]);
+        let mut dests = std::mem::take(&mut b.dests);
+        self.flush_dests(&mut dests);
+        dests.cache.clear();
+        b.dests = dests;
+        done
+    }
+
+    /// Step 1: take and check up to `limit` chains, route the good ones.
+    fn take(
+        &self,
+        src: usize,
+        tx: &mut LiveRing<'_>,
+        mem: &GuestMemoryMmap,
+        b: &mut BurstScratch,
+        limit: usize,
+    ) {
+        b.taken.clear();
+        b.descs.clear();
+        b.broken = false;
+        let q = tx.state.get_queue_mut();
+        let table = DescTable {
+            addr: GuestAddress(q.desc_table()),
+            size: q.size(),
+            indirect: false,
+        };
+        // One look at the available index per burst.
+        let mut avail = match q.iter(mem) {
+            Ok(it) => it,
+            Err(e) => {
+                tracing::warn!(port = src, error = %e, "transmit queue broken");
+                PortCounters::add(&self.slots[src].counters.queue_broken, 1);
+                b.broken = true;
+                return;
+            }
+        };
+        for _ in 0..limit {
+            let Some(chain) = avail.next() else {
+                break;
+            };
+            let head = chain.head_index();
+            let mut prefix = [0u8; PREFIX_LEN];
+            let scanned = scan_chain(mem, table, head, &mut b.one, &mut prefix);
+            let at = b.descs.len();
+            b.descs.extend_from_slice(&b.one);
+            let route = match scanned {
+                Ok(_) => self.switch.route(src, &prefix[HDR_LEN..]),
+                Err(_) => Route::Drop,
+            };
+            b.taken.push(Taken {
+                head,
+                descs: at..b.descs.len(),
+                len: scanned.unwrap_or(0),
+                prefix,
+                bad: scanned.err(),
+                route,
+            });
+        }
+    }
+
+    /// Step 2: deliver in ring order; returns how many chains (from the first) are
+    /// consumed.
+    fn deliver_all(&self, src: usize, from: &GuestMemoryMmap, b: &mut BurstScratch) -> usize {
+        let c = &self.slots[src].counters;
+        let n = b.taken.len();
+        let mut i = 0;
+        while i < n {
+            let t = &b.taken[i];
+            if t.bad.is_some() {
+                i += 1;
+                continue;
+            }
+            match t.route {
+                Route::Drop => {
+                    PortCounters::add(&c.tx_no_destination, 1);
+                    i += 1;
+                }
+                Route::Port(dst) if !self.is_tap(dst) => {
+                    let mut j = i + 1;
+                    while j < n && b.taken[j].bad.is_none() && b.taken[j].route == t.route {
+                        j += 1;
+                    }
+                    match self.deliver_run(src, dst, from, i..j, b) {
+                        None => {
+                            PortCounters::add(&c.tx_no_destination, (j - i) as u64);
+                            i = j;
+                        }
+                        Some(end) => {
+                            i += end.consumed;
+                            if end.blocked {
+                                PortCounters::add(&c.tx_backpressure, 1);
+                                return i;
+                            }
+                        }
+                    }
+                }
+                // A tap port has no receive ring to run frames into: its frames take the
+                // per-frame path, which writes them to the tap.
+                Route::Flood | Route::Port(_) => {
+                    let descs = &b.descs[t.descs.clone()];
+                    if gather_frame(from, descs, &mut b.frame).is_err() {
+                        // The memory changed under the chain since it was checked.
+                        PortCounters::add(&c.tx_no_destination, 1);
+                    } else if let Sent::Wait =
+                        self.switch_frame(src, &b.frame, &mut b.dests, &mut b.rx)
+                    {
+                        return i;
+                    }
+                    i += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Whether port `p` is a tap device (`--tap`), which has no receive ring.
+    fn is_tap(&self, p: usize) -> bool {
+        self.slots.get(p).is_some_and(|s| s.tap.get().is_some())
+    }
+
+    /// Frames `run` of the burst, all for `dst`, under one lock of its receive queue;
+    /// `None` when it has no running queue.
+    fn deliver_run(
+        &self,
+        src: usize,
+        dst: usize,
+        from: &GuestMemoryMmap,
+        run: Range<usize>,
+        b: &mut BurstScratch,
+    ) -> Option<RunEnd> {
+        let slot = self.slots.get(dst)?;
+        let a: std::sync::Arc<Attached> = self.attached(dst)?;
+        let c = &slot.counters;
+        let mem = a.mem.memory();
+        let mut rx = a.rx.get_mut();
+        if !rx.get_queue().ready() || !rx.is_enabled() {
+            return None;
+        }
+        let mrg = a.mrg_rxbuf();
+        let mut ctl = lock(&a.rx_ctl);
+        b.metas.clear();
+        let mut end = RunEnd {
+            consumed: 0,
+            blocked: false,
+        };
+        let mut broken = false;
+        for t in &b.taken[run] {
+            if broken {
+                PortCounters::add(&self.slots[src].counters.tx_no_destination, 1);
+                end.consumed += 1;
+                continue;
+            }
+            let frame = FrameSrc::Guest {
+                mem: from,
+                descs: &b.descs[t.descs.clone()],
+                head: &t.prefix[HDR_LEN..],
+                skip: PREFIX_LEN,
+                len: t.len,
+            };
+            let q = rx.get_queue_mut();
+            let mut out = stage(q, &mem, frame, mrg, &mut b.rx, &mut b.used);
+            if out == RxOutcome::NoRoom {
+                // Mark before arming, so that a refill after the arm finds the mark; look
+                // again while buffers arrive during the arm (bounded).
+                slot.blocked.fetch_or(1 << src, Ordering::AcqRel);
+                for _ in 1..ARM_ATTEMPTS {
+                    if !arm_refill_kick(rx.get_queue(), &*mem).unwrap_or(false) {
+                        break;
+                    }
+                    out = stage(rx.get_queue_mut(), &mem, frame, mrg, &mut b.rx, &mut b.used);
+                    if out != RxOutcome::NoRoom {
+                        break;
+                    }
+                }
+            }
+            match out {
+                RxOutcome::Delivered(n) => {
+                    PortCounters::add(&c.rx_frames, 1);
+                    PortCounters::add(&c.rx_bytes, t.len as u64);
+                    PortCounters::add(&c.rx_buffers, u64::from(n));
+                    let bytes = u32::try_from(t.len).unwrap_or(u32::MAX);
+                    let meta = if ctl.classify {
+                        match gather_frame(from, &b.descs[t.descs.clone()], &mut b.frame) {
+                            Ok(()) => classify(&b.frame).completion_meta(),
+                            Err(_) => CompletionMeta::new(RequestKind::Read, bytes),
+                        }
+                    } else {
+                        CompletionMeta::new(RequestKind::Read, bytes)
+                    };
+                    b.metas.push(meta);
+                }
+                RxOutcome::NoRoom => {
+                    end.blocked = true;
+                    break;
+                }
+                RxOutcome::TooBig => PortCounters::add(&c.rx_too_big, 1),
+                RxOutcome::BadChain => PortCounters::add(&c.rx_bad_chain, 1),
+                RxOutcome::Broken => broken = true,
+            }
+            end.consumed += 1;
+        }
+        if !b.used.is_empty() && b.used.publish(rx.get_queue_mut(), &mem).is_err() {
+            broken = true;
+        }
+        let RxCtl {
+            notifier, window, ..
+        } = &mut *ctl;
+        let mut batch = notifier.completions();
+        let mut ring = RxRing {
+            state: &mut rx,
+            window,
+        };
+        let mut result = Ok(());
+        for meta in b.metas.drain(..) {
+            if let Err(e) = notifier.completed(&mut batch, meta, &mut ring, &mem) {
+                result = Err(e);
+            }
+        }
+        let done = notifier
+            .completions_done(batch, &mut ring, &mem)
+            .and_then(|last| notifier.follow(last));
+        if let Err(e) = result.and(done) {
+            tracing::warn!(port = dst, error = %e, "receive notification failed");
+        }
+        if broken {
+            tracing::warn!(port = dst, "receive queue broken");
+            PortCounters::add(&c.queue_broken, 1);
+            drop(ctl);
+            drop(rx);
+            a.rx.set_queue_ready(false);
+        }
+        Some(end)
+    }
+
+    /// Step 3: the consumed chains go to the source's used ring, with the transmit
+    /// queue's moderation.
+    fn complete(
+        &self,
+        src: usize,
+        tx: &mut LiveRing<'_>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+        taken: &[Taken],
+    ) {
+        if taken.is_empty() {
+            return;
+        }
+        let c = &self.slots[src].counters;
+        let mut subs = Submissions::default();
+        let mut batch = ctl.notifier.completions();
+        for t in taken {
+            let bytes = match t.bad {
+                None => {
+                    PortCounters::add(&c.tx_frames, 1);
+                    PortCounters::add(&c.tx_bytes, t.len as u64);
+                    u32::try_from(t.len).unwrap_or(u32::MAX)
+                }
+                Some(TxError::Header(_)) => {
+                    PortCounters::add(&c.tx_bad_header, 1);
+                    0
+                }
+                Some(e) => {
+                    tracing::debug!(port = src, error = %e, "transmit chain dropped");
+                    PortCounters::add(&c.tx_bad_chain, 1);
+                    0
+                }
+            };
+            ctl.notifier.submitted(&mut subs);
+            if tx.state.get_queue_mut().add_used(mem, t.head, 0).is_err() {
+                PortCounters::add(&c.queue_broken, 1);
+                break;
+            }
+            let meta = CompletionMeta::new(RequestKind::Write, bytes);
+            if ctl.notifier.completed(&mut batch, meta, tx, mem).is_err() {
+                break;
+            }
+        }
+        let done = ctl
+            .notifier
+            .submissions_done(&subs, tx, mem)
+            .and_then(|_| ctl.notifier.completions_done(batch, tx, mem))
+            .and_then(|last| ctl.notifier.follow(last));
+        if let Err(e) = done {
+            tracing::warn!(port = src, error = %e, "transmit notification failed");
+        }
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Instructions per frame of serve-net's forwarding loop (callgrind; independent of machine
+# load): serve-net under valgrind, netload's polling client unpaced (64-byte stream) in its
+# own process, so serve-net is the bottleneck and the forwarding thread takes full bursts.
+# Prints, per data path, the inclusive Ir of the forwarding function (per-port:
+# Fabric::service_tx, pmd: Fabric::pmd_pass) and of the whole program, per frame moved.
+#
+#   scripts/net-poll64-callgrind.sh [DATAPATH...]     (default: per-port pmd)
+#
+# Needs: valgrind, a release build (built here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p vmirq --bin vmirq
+vmirq=$PWD/target/release/vmirq
+command -v valgrind >/dev/null || { echo "valgrind not installed" >&2; exit 1; }
+work=$(mktemp -d)
+srv=
+trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT
+dps=("$@")
+[ ${#dps[@]} -eq 0 ] && dps=(per-port pmd)
+for dp in "${dps[@]}"; do
+  rm -f "$work"/*.sock
+  RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$work/cg.$dp" "$vmirq" serve-net \
+    --socket "$work/a.sock" --socket "$work/b.sock" --datapath "$dp" 2>"$work/srv.txt" &
+  srv=$!
+  for _ in $(seq 100); do [ -S "$work/b.sock" ] && break; sleep 0.2; done
+  RUST_LOG=error timeout 120 "$vmirq" netload --socket "$work/a.sock" --socket "$work/b.sock" \
+    --mode poll --workload stream:64 --seconds 1 --warmup 0.2 --repeat 1 --cpu 0 >/dev/null 2>&1 || true
+  kill -INT "$srv"
+  wait "$srv" || true
+  srv=
+  frames=$(grep -oE '^port 0: tx_frames=[0-9]+' "$work/srv.txt" | grep -oE '[0-9]+$')
+  for f in 'Fabric::service_tx \[' 'Fabric::pmd_pass \[' 'PROGRAM TOTALS'; do
+    ir=$(callgrind_annotate --inclusive=yes "$work/cg.$dp" 2>/dev/null | grep -E "$f" | head -1 |
+      awk '{ gsub(",", "", $1); print $1 }' || true)
+    if [ -n "$ir" ]; then echo "$dp frames=$frames ${f% \\[} Ir/frame=$((ir / frames))"; fi
+  done
+done
