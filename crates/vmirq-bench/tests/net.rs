@@ -40,7 +40,10 @@ fn net_tiny_preset_against_testpmd() {
         // Open vSwitch is left out even where installed: it would double the test's time.
         targets: Some(vec![
             NetTarget::Testpmd,
-            NetTarget::Vmirq { moderation: None },
+            NetTarget::Vmirq {
+                moderation: None,
+                pmd: false,
+            },
         ]),
         repetitions: None,
         measure: None,

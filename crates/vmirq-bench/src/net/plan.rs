@@ -5,7 +5,8 @@
 //! bytes (1500 and 9000-byte MTUs; the 9014-byte frames span five 2 KiB receive buffers with
 //! MRG_RXBUF at every device), an interrupt-driven request/response ping-pong (p50/p99), and
 //! an interrupt-driven 1514-byte stream (interrupts and CPU per packet), against testpmd's
-//! vhost PMD, Open vSwitch with DPDK where it runs, serve-net's defaults and serve-net `dim`.
+//! vhost PMD, Open vSwitch with DPDK where it runs, serve-net's defaults, serve-net `dim` and
+//! serve-net's polling data path (`+pmd`, default preset only).
 
 use super::target::NetTarget;
 use std::time::Duration;
@@ -76,9 +77,10 @@ fn rr(frame_len: u32) -> NetJob {
     }
 }
 
-fn vmirq(moderation: Option<&str>) -> NetTarget {
+fn vmirq(moderation: Option<&str>, pmd: bool) -> NetTarget {
     NetTarget::Vmirq {
         moderation: moderation.and_then(|m| m.parse().ok()),
+        pmd,
     }
 }
 
@@ -90,9 +92,13 @@ impl NetPlan {
         if ovs {
             targets.push(NetTarget::Ovs);
         }
-        targets.push(vmirq(None));
+        targets.push(vmirq(None, false));
         if preset != NetPreset::Tiny {
-            targets.push(vmirq(Some("dim")));
+            targets.push(vmirq(Some("dim"), false));
+        }
+        if preset == NetPreset::Default {
+            // serve-net's polling data path, the counterpart of the peers' polling cores.
+            targets.push(vmirq(None, true));
         }
         let jobs = match preset {
             NetPreset::Tiny => vec![stream(64, Mode::Poll), rr(64)],
@@ -143,7 +149,10 @@ mod tests {
             assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
         }
         let labels: Vec<String> = plan.targets.iter().map(ToString::to_string).collect();
-        assert_eq!(labels, ["testpmd", "ovs-dpdk", "vmirq", "vmirq:dim"]);
+        assert_eq!(
+            labels,
+            ["testpmd", "ovs-dpdk", "vmirq", "vmirq:dim", "vmirq+pmd"]
+        );
         assert_eq!(NetPlan::preset(NetPreset::Tiny, false).targets.len(), 2);
         for j in &plan.jobs {
             assert!(j.workload.validate().is_ok());

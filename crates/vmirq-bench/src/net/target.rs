@@ -26,10 +26,14 @@ pub enum NetTarget {
     Testpmd,
     /// `ovs`: Open vSwitch with DPDK, two `dpdkvhostuser` ports and port-to-port flows.
     Ovs,
-    /// `vmirq` (its defaults: no policy flags) or `vmirq:SPEC` (`--moderation SPEC`).
+    /// `vmirq` (its defaults: no policy flags) or `vmirq:SPEC` (`--moderation SPEC`), each
+    /// with `+pmd` for serve-net's polling data path (`--datapath pmd:cpu=N`, N the backend
+    /// CPU: one thread polls every port in bursts, like OVS-DPDK's PMD thread).
     Vmirq {
         /// The moderation policy, or `None` for serve-net's defaults.
         moderation: Option<ModerationSpec>,
+        /// `--datapath pmd` instead of the default per-port workers.
+        pmd: bool,
     },
 }
 
@@ -46,10 +50,16 @@ impl fmt::Display for NetTarget {
         match self {
             Self::Testpmd => f.write_str("testpmd"),
             Self::Ovs => f.write_str("ovs-dpdk"),
-            Self::Vmirq { moderation: None } => f.write_str("vmirq"),
-            Self::Vmirq {
-                moderation: Some(m),
-            } => write!(f, "vmirq:{m}"),
+            Self::Vmirq { moderation, pmd } => {
+                f.write_str("vmirq")?;
+                if let Some(m) = moderation {
+                    write!(f, ":{m}")?;
+                }
+                if *pmd {
+                    f.write_str("+pmd")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -61,14 +71,24 @@ impl FromStr for NetTarget {
         match s {
             "testpmd" => Ok(Self::Testpmd),
             "ovs" | "ovs-dpdk" => Ok(Self::Ovs),
-            "vmirq" => Ok(Self::Vmirq { moderation: None }),
             _ => {
-                let spec = s.strip_prefix("vmirq:").ok_or_else(|| {
-                    format!("unknown network target {s:?} (testpmd, ovs, vmirq, vmirq:MODERATION)")
+                let (base, pmd) = match s.strip_suffix("+pmd") {
+                    Some(b) => (b, true),
+                    None => (s, false),
+                };
+                if base == "vmirq" {
+                    return Ok(Self::Vmirq {
+                        moderation: None,
+                        pmd,
+                    });
+                }
+                let spec = base.strip_prefix("vmirq:").ok_or_else(|| {
+                    format!("unknown network target {s:?} (testpmd, ovs, vmirq[:MODERATION][+pmd])")
                 })?;
                 let m = spec.parse::<ModerationSpec>().map_err(|e| e.to_string())?;
                 Ok(Self::Vmirq {
                     moderation: Some(m),
+                    pmd,
                 })
             }
         }
@@ -128,9 +148,10 @@ impl NetRunning {
                 let sockets = ovs.sockets.clone();
                 (Process::Ovs(ovs), describe, sockets)
             }
-            NetTarget::Vmirq { moderation } => {
+            NetTarget::Vmirq { moderation, pmd } => {
+                let log = dir.join("serve-net.log");
                 let (child, log, describe) =
-                    start_serve_net(setup, &sockets, *moderation, &dir.join("serve-net.log"))?;
+                    start_serve_net(setup, &sockets, *moderation, *pmd, &log)?;
                 (Process::ServeNet { child, log }, describe, sockets)
             }
         };
@@ -184,6 +205,7 @@ fn start_serve_net(
     setup: &NetSetup,
     sockets: &[PathBuf],
     moderation: Option<ModerationSpec>,
+    pmd: bool,
     log: &Path,
 ) -> Result<(Child, PathBuf, String)> {
     let mut cmd = Command::new(&setup.vmirq_exe);
@@ -193,6 +215,11 @@ fn start_serve_net(
     }
     if let Some(m) = moderation {
         cmd.arg("--moderation").arg(m.to_string());
+    }
+    if pmd {
+        let cpu = setup.placement.backend_cpu();
+        cmd.arg("--datapath")
+            .arg(cpu.map_or_else(|| "pmd".to_string(), |c| format!("pmd:cpu={c}")));
     }
     let describe = format!("{cmd:?}").replace('"', "");
     crate::target::pin_child(&mut cmd, setup.placement.backend_cpu());
@@ -266,13 +293,22 @@ mod tests {
 
     #[test]
     fn target_names_round_trip() {
-        for s in ["testpmd", "ovs-dpdk", "vmirq", "vmirq:dim", "vmirq:none"] {
+        for s in [
+            "testpmd",
+            "ovs-dpdk",
+            "vmirq",
+            "vmirq:dim",
+            "vmirq:none",
+            "vmirq+pmd",
+            "vmirq:dim+pmd",
+        ] {
             let t: NetTarget = s.parse().expect(s);
             assert_eq!(t.to_string(), s);
         }
         assert_eq!("ovs".parse::<NetTarget>(), Ok(NetTarget::Ovs));
         assert!("vmirq:nonsense".parse::<NetTarget>().is_err());
         assert!("qemu".parse::<NetTarget>().is_err());
+        assert!("vmirq+poll".parse::<NetTarget>().is_err());
         assert!(
             NetTarget::Testpmd.is_peer() && !"vmirq".parse::<NetTarget>().expect("ok").is_peer()
         );

@@ -65,11 +65,12 @@ pub struct Args {
     /// `--reps`, `--measure-ms` (per fio job), `--no-peer` and `--json` apply).
     #[arg(long, conflicts_with = "full")]
     guest: bool,
-    /// Network workloads instead of the block matrix: `vmirq serve-net` (its defaults and
-    /// `dim`) against DPDK testpmd's vhost PMD (and Open vSwitch with DPDK where it runs),
-    /// driven by vmirq-netload's client: poll-mode streams of 64, 1514 and 9014-byte frames,
-    /// an interrupt-driven request/response ping-pong and an interrupt-driven stream.
-    /// `--quick`, `--target` (testpmd, ovs, vmirq, vmirq:MODERATION), `--reps`,
+    /// Network workloads instead of the block matrix: `vmirq serve-net` (its defaults, `dim`
+    /// and its polling data path) against DPDK testpmd's vhost PMD (and Open vSwitch with
+    /// DPDK where it runs), driven by vmirq-netload's client: poll-mode streams of 64, 1514
+    /// and 9014-byte frames, an interrupt-driven request/response ping-pong and an
+    /// interrupt-driven stream.
+    /// `--quick`, `--target` (testpmd, ovs, vmirq[:MODERATION][+pmd]), `--reps`,
     /// `--measure-ms`, `--placement`, `--no-peer`, `--json` and `--html` apply.
     #[arg(long, conflicts_with_all = ["full", "guest"])]
     net: bool,
