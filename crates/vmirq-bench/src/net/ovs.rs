@@ -101,8 +101,8 @@ impl Ovs {
         )?);
         ovs.wait_for(&dir.join("db.sock"), "ovsdb-server's socket")?;
         let dpdk_extra = format!(
-            "other_config:dpdk-extra=--no-pci --in-memory --file-prefix=vmirq-ovs-{}",
-            std::process::id()
+            "other_config:dpdk-extra=--no-pci --in-memory --file-prefix={}",
+            file_prefix()
         );
         ovs.vsctl(
             "configuring DPDK",
@@ -298,7 +298,14 @@ impl Ovs {
         {
             end(child);
         }
+        // EAL leaves its runtime directory behind even with --in-memory.
+        let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(file_prefix()));
     }
+}
+
+/// EAL's `--file-prefix` of this process's OVS (one runs at a time).
+fn file_prefix() -> String {
+    format!("vmirq-ovs-{}", std::process::id())
 }
 
 fn end(mut child: Child) {
