@@ -12,13 +12,13 @@ use crate::engine::{Dropped, QueueEngine};
 use crate::virtio::{feature, BlkConfig};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VringRwLock, VringT};
 use vm_memory::GuestAddressSpace;
 use vmirq_vhost::daemon::{ExitEvents, HasExitEvents};
-use vmirq_vhost::sigbus::{Registration, Revoked};
+use vmirq_vhost::sigbus::{Revocation, Revoked};
 use vmirq_vhost::LiveRing;
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
@@ -44,23 +44,11 @@ pub struct BlkBackend {
     /// Bit `q` set: queue `q`'s vring is in `vrings` (checked without the lock per event).
     vrings_known: AtomicU64,
     /// The guest memory mappings registered with the SIGBUS handler, and what to do when
-    /// the frontend truncates one (see [`Revocation`]).
+    /// the frontend truncates one: the SIGBUS handler (`vmirq_vhost::sigbus`) keeps the
+    /// process alive, the engines complete nothing that may have touched the memory and break
+    /// their queues, and the first worker event that sees the revocation records it once and
+    /// shuts the connection down.
     revocation: Revocation,
-}
-
-/// A frontend that truncates its guest memory loses its connection: the SIGBUS handler
-/// (`vmirq_vhost::sigbus`) keeps the process alive, the engines complete nothing that may
-/// have touched the memory and break their queues, and the first worker event that sees the
-/// revocation logs it once and shuts the connection down.
-#[derive(Default)]
-struct Revocation {
-    registration: Mutex<Registration>,
-    /// Stops this connection's daemon (set by the server once the daemon runs).
-    shutdown: Mutex<Option<ShutdownHandle>>,
-    /// The revocation was seen (logged, counted, shutdown requested once).
-    seen: AtomicBool,
-    /// What was revoked, for the server's log line.
-    what: Mutex<Option<Revoked>>,
 }
 
 impl BlkBackend {
@@ -100,64 +88,27 @@ impl BlkBackend {
             exit_events: ExitEvents::default(),
             vrings,
             vrings_known: AtomicU64::new(0),
-            revocation: Revocation::default(),
+            revocation: Revocation::new(),
         }
     }
 
     /// The handle that ends this connection's daemon: used when the frontend truncates its
     /// guest memory. If that already happened, the connection is shut down at once.
     pub fn set_shutdown(&self, handle: Option<ShutdownHandle>) {
-        let r = &self.revocation;
-        *r.shutdown.lock().unwrap_or_else(PoisonError::into_inner) = handle;
-        if r.seen.load(Ordering::Acquire) {
-            self.shut_down();
-        }
+        self.revocation.set_shutdown(handle);
     }
 
     /// The guest memory region the frontend truncated, if it did.
     #[must_use]
     pub fn revoked(&self) -> Option<Revoked> {
-        *self
-            .revocation
-            .what
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.revocation.revoked()
     }
 
     /// After each worker event: if a mapping of this connection was revoked, record it once
     /// and end the connection (the engines have already broken their queues or will at
     /// their next event; nothing touching that memory is completed).
     fn check_revoked(&self) {
-        if !vmirq_vhost::sigbus::TABLE.any_revoked() {
-            return; // one atomic load on the data path
-        }
-        let r = &self.revocation;
-        if r.seen.load(Ordering::Acquire) {
-            return;
-        }
-        let what = r
-            .registration
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .revoked();
-        let Some(what) = what else { return };
-        if r.seen.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        *r.what.lock().unwrap_or_else(PoisonError::into_inner) = Some(what);
-        self.shut_down();
-    }
-
-    fn shut_down(&self) {
-        if let Some(h) = self
-            .revocation
-            .shutdown
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
-            h.shutdown();
-        }
+        self.revocation.check();
     }
 
     /// Remember the vrings of `thread` (once per queue).
@@ -336,21 +287,7 @@ impl VhostUserBackend for BlkBackend {
     fn update_memory(&self, mem: GuestMem) -> io::Result<()> {
         // The daemon updates the same GuestMemoryAtomic the engines read through; the new
         // mappings are registered with the SIGBUS handler (and the old ones unregistered).
-        let snapshot = mem.memory().into_inner();
-        let mut reg = self
-            .revocation
-            .registration
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Err(e) = reg.update(snapshot) {
-            // Not fatal: a frontend that truncates unregistered memory still kills the
-            // process, as before this protection existed.
-            tracing::warn!(
-                error = %e,
-                "guest memory not protected against truncation by the frontend"
-            );
-        }
-        drop(reg);
+        self.revocation.update(mem.memory().into_inner());
         self.check_revoked();
         Ok(())
     }

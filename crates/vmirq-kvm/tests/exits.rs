@@ -28,7 +28,10 @@ fn every_exit_loop_runs_with_the_expected_userspace_exits() {
         }
         let (summary, user_exits) = result.expect("loop runs");
         assert_eq!(summary.n, u64::from(n));
-        let expect_user = matches!(op, ExitOp::PioUser | ExitOp::MmioUser | ExitOp::HltUser);
+        let expect_user = matches!(
+            op,
+            ExitOp::PioUser | ExitOp::MmioUser | ExitOp::HltUser | ExitOp::IrqPending
+        );
         if expect_user {
             assert!(
                 user_exits >= u64::from(n),

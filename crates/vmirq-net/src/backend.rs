@@ -47,7 +47,7 @@ pub struct NetBackend {
     ctrl: Mutex<Ctrl>,
     /// The guest memory registered with vmirq-vhost's SIGBUS table: a frontend that
     /// truncates it loses this connection only (see `vmirq_vhost::sigbus`).
-    revocation: Revocation,
+    revocation: Arc<Revocation>,
 }
 
 impl NetBackend {
@@ -80,7 +80,7 @@ impl NetBackend {
             attach: EventFd::new(EFD_NONBLOCK)?,
             exit: ExitEvents::default(),
             ctrl: Mutex::new(Ctrl::new(0, 1)),
-            revocation: Revocation::new(),
+            revocation: Arc::new(Revocation::new()),
         })
     }
 
@@ -204,6 +204,7 @@ impl VhostUserBackend for NetBackend {
                             features: Arc::clone(&self.features),
                             rx_ctl: Arc::clone(&self.rx_ctl),
                             tx_ctl: Arc::clone(&self.tx_ctl),
+                            revocation: Arc::clone(&self.revocation),
                         },
                     );
                 }

@@ -37,7 +37,7 @@ use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::{Completions, Submissions};
 use vmirq_vhost::poll::{has_work, PollStart};
-use vmirq_vhost::sigbus::revoked_in;
+use vmirq_vhost::sigbus::{revoked_in, Revocation};
 use vmirq_vhost::LiveRing;
 
 /// Guest memory as the vhost-user machinery shares it.
@@ -66,6 +66,8 @@ pub struct Attached {
     pub rx_ctl: Arc<Mutex<RxCtl>>,
     /// The transmit queue's moderation and kick waits (locked after its vring).
     pub tx_ctl: Arc<Mutex<TxCtl>>,
+    /// The connection's SIGBUS protection: whoever sees its memory revoked ends it.
+    pub revocation: Arc<Revocation>,
 }
 
 impl Attached {
@@ -254,7 +256,12 @@ impl Fabric {
                 self.flush_dests(&mut dests);
                 match end {
                     BatchEnd::More => continue,
-                    BatchEnd::Stop => return,
+                    BatchEnd::Stop => {
+                        if revoked_in(&mem).is_some() {
+                            me.revocation.check(); // this thread may not be the port's worker
+                        }
+                        return;
+                    }
                     BatchEnd::Empty => {}
                 }
                 // Empty: re-enable kicks and look again (§2.7.10: the driver may have added
@@ -298,6 +305,9 @@ impl Fabric {
             let n = self.burst(src, &mut ring, &mut ctl, &mem, b, burst);
             (n, b.broken)
         });
+        if revoked_in(&mem).is_some() {
+            me.revocation.check(); // the forwarding thread, not the port's worker, saw it
+        }
         if broken {
             // Stop looking at it (every pass would count it again); a new frontend
             // connection brings new rings.

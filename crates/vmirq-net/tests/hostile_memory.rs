@@ -1,7 +1,8 @@
 //! A frontend that truncates its guest memory (a memfd it handed over) mid-traffic: the
 //! backend survives (vmirq-vhost's SIGBUS table turns the faulting pages into zeros), the
 //! frame read from the lost memory is neither forwarded nor completed, the port's queue
-//! stops and its connection is dropped, and the other ports keep forwarding.
+//! stops and its connection is dropped, and the other ports keep forwarding; with the
+//! per-port workers and with the forwarding thread (`--datapath pmd`).
 
 // Frame lengths here are small constants: the casts cannot truncate.
 #![allow(clippy::cast_possible_truncation)]
@@ -10,6 +11,7 @@ mod common;
 
 use common::raw::{RawPort, DATA, F_WRITE};
 use std::time::{Duration, Instant};
+use vmirq_net::queues::Datapath;
 use vmirq_net::virtio::{F_EVENT_IDX, HDR_LEN};
 
 const RX: usize = 0;
@@ -52,7 +54,13 @@ fn cross(from: &mut RawPort, to: &mut RawPort, n: u16, tag: u8) {
 
 #[test]
 fn a_port_whose_frontend_truncates_its_memory_is_dropped_and_the_others_forward() {
-    let server = common::start(4, |_| {});
+    for datapath in [Datapath::PerPort, Datapath::Pmd { cpu: None }] {
+        truncation(datapath);
+    }
+}
+
+fn truncation(datapath: Datapath) {
+    let server = common::start(4, |c| c.policies.datapath = datapath);
     let connect = |i: usize| RawPort::connect(&server.sockets[i], F_EVENT_IDX);
     let (mut p0, mut p1, mut p2, mut p3) = (connect(0), connect(1), connect(2), connect(3));
     cross(&mut p0, &mut p1, 0, 1);

@@ -23,10 +23,15 @@ mod common;
 mod guest;
 
 use std::io::Write as _;
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 use vmirq_guest::{Run, Script};
+use vmirq_net::queues::Datapath;
 use vmirq_net::virtio::{default_mac, F_EVENT_IDX, F_MRG_RXBUF, F_NOTF_COAL, F_VERSION_1};
 use vmirq_policy::spec::ModerationSpec;
+
+/// The tests boot two guests each: one test at a time (2 CPUs).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// `VIRTIO_NET_F_CTRL_VQ`.
 const F_CTRL_VQ: u64 = 1 << 17;
@@ -143,10 +148,13 @@ fn check_features(run: &Run, who: &str) -> String {
 }
 
 /// Boot both guests on a fresh server with `moderation`, run the exchange, check it.
-fn exchange(test: &str, moderation: &str) -> Option<Exchange> {
+fn exchange(test: &str, moderation: &str, datapath: Datapath) -> Option<Exchange> {
     let h = guest::harness(test)?;
     let spec: ModerationSpec = moderation.parse().expect("moderation spec");
-    let server = common::start(2, |c| c.policies.moderation = spec);
+    let server = common::start(2, |c| {
+        c.policies.moderation = spec;
+        c.policies.datapath = datapath;
+    });
     let t = Instant::now();
     let vm_b = h
         .start(
@@ -221,13 +229,14 @@ fn exchange(test: &str, moderation: &str) -> Option<Exchange> {
 
 #[test]
 fn two_linux_guests_exchange_frames_and_count_moderates_their_interrupts() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let test = "two_linux_guests_exchange_frames_and_count_moderates_their_interrupts";
-    let Some(none) = exchange(test, "none") else {
+    let Some(none) = exchange(test, "none", Datapath::PerPort) else {
         return;
     };
     let policy = std::env::var("VMIRQ_NET_GUEST_COUNT")
         .unwrap_or_else(|_| "count:usecs=2000,frames=64".to_owned());
-    let count = exchange(test, &policy).expect("harness ran once already");
+    let count = exchange(test, &policy, Datapath::PerPort).expect("harness ran once already");
     let _ = writeln!(
         std::io::stderr(),
         "guest B's card, interrupts per received packet over the stream: none {:.4} ({} pkts, \
@@ -261,4 +270,16 @@ fn two_linux_guests_exchange_frames_and_count_moderates_their_interrupts() {
         count.stream_irq_per_pkt < none.stream_irq_per_pkt,
         "{policy} did not reduce guest B's interrupts: {count:?} vs none {none:?}"
     );
+}
+
+/// The same exchange (unmoderated) through the forwarding thread (`--datapath pmd`): the
+/// guests' drivers against the burst path (direct copies, runs of frames per destination,
+/// merged jumbo frames).
+#[test]
+fn two_linux_guests_exchange_frames_through_the_pmd_datapath() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let test = "two_linux_guests_exchange_frames_through_the_pmd_datapath";
+    if let Some(pmd) = exchange(test, "none", Datapath::Pmd { cpu: None }) {
+        let _ = writeln!(std::io::stderr(), "pmd datapath: {pmd:?}");
+    }
 }

@@ -54,7 +54,11 @@ def main():
         cs = cells[k]
         p50 = mmm([c["lat_ns"]["p50"] for c in cs])
         pol = mmm([100.0 * c["polls_successful"] / max(c["halts"], 1) for c in cs])
-        run = pw[f"{path}-{iv}-{'off' if hp == 0 else 'poll200'}"]["values"]
+        label = f"{path}-{iv}-{'off' if hp == 0 else 'poll200'}"
+        if label not in pw:  # a cell measured in these rounds but not in this prediction
+            print(f"| {path} | {iv} | {hp} | {fmt(p50, 1e-3)} | not predicted | | {fmt(pol)} | |")
+            continue
+        run = pw[label]["values"]
         pp50 = run["wakeup_ns.p50"]
         ppol = 100.0 * run.get("host_poll_hits", 0.0) / run["halts"]
         print(f"| {path} | {iv} | {hp} | {fmt(p50, 1e-3)} | {pp50 / 1e3:.1f} | "

@@ -7,9 +7,12 @@
 # (vCPU on CPU 0, sender/device on CPU 1) and runs them at nice -10 when permitted.
 # Before each round it waits (at most WAIT_S seconds, default 300) for a second in which the
 # host was >= 90 % idle, as the vmirq-kvm README's rounds do, and records the idle share.
+# INTERVALS (default 30,100) sets the wake intervals (µs); profile v3's prediction needs
+# INTERVALS=20,30,50,100.
 set -euo pipefail
 out=$1 first=$2 last=$3 vmirq=$4
 wait_s=${WAIT_S:-300}
+export INTERVALS=${INTERVALS:-30,100}
 mkdir -p "$out"
 idle_pct() {  # idle share of all CPUs over one second, from /proc/stat
   read -r _ a1 b1 c1 d1 e1 f1 g1 h1 _ < /proc/stat; sleep 1
@@ -25,7 +28,7 @@ for r in $(seq "$first" "$last"); do
     set -euo pipefail
     r=$1 out=$2 vmirq=$3
     echo "{\"round\":$r,\"start\":\"$(date -u +%FT%TZ)\",\"loadavg\":\"$(cut -d" " -f1-3 /proc/loadavg)\",\"idle_pct_before\":$IDLE}" >> "$out/composites-rounds.jsonl"
-    "$vmirq" kvm wake --json --path irqfd,ipi --halt-poll-ns 0,200000 --interval-us 30,100 \
+    "$vmirq" kvm wake --json --path irqfd,ipi --halt-poll-ns 0,200000 --interval-us "$INTERVALS" \
       --placement other --samples 2000 > "$out/wake-$r.json"
     "$vmirq" kvm device --json --moderation none --moderation count:usecs=50,frames=32 \
       --depth 32 --service-us 20 --driver spin-user > "$out/device-$r.json"

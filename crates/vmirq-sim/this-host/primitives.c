@@ -11,12 +11,16 @@
  *             the writer's store to the spinner seeing it (one cache-line transfer).
  *   timerfd   a thread on CPU `to` sleeps on a relative timerfd of `interval` us;
  *             `wake_ns` is from the timer's expiry to the thread running.
+ *   signal    a thread on CPU `from` writes an eventfd that no thread waits on (then reads
+ *             it back, untimed, to reset it): `wake_ns` and `write_ns` are the write() call
+ *             alone, the part of a kick that signals without waking anybody (an irqfd write
+ *             to a vCPU that polls or runs sets the interrupt pending inside it).
  * The waker waits `interval` us (busy, like `vmirq kvm wake`'s sender) after the previous
  * wake was seen before the next one, so the target really idles for about that long.
  * Output: one JSON object per line: {"mode","from","to","interval_us","samples",
  * "write_ns":[p50,min,max],"wake_ns":[p50,p90,min,max]}.
  * Build: cc -O2 -pthread primitives.c -o primitives
- * Usage: primitives MODE FROM_CPU TO_CPU INTERVAL_US SAMPLES
+ * Usage: primitives MODE FROM_CPU TO_CPU INTERVAL_US SAMPLES (signal ignores TO_CPU)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -134,10 +138,32 @@ static int run_timerfd(int cpu, int interval_us)
 	return 0;
 }
 
+static int run_signal(int cpu, int interval_us, uint64_t *write_ns)
+{
+	pin(cpu);
+	int fd = eventfd(0, EFD_NONBLOCK);
+	if (fd < 0)
+		return 2;
+	for (int i = 0; i < n_samples + warmup; i++) {
+		uint64_t one = 1, v;
+		spin_until(now_ns() + (uint64_t)interval_us * 1000u);
+		uint64_t t0 = now_ns();
+		if (write(fd, &one, sizeof(one)) != sizeof(one))
+			return 3;
+		uint64_t t1 = now_ns();
+		if (read(fd, &v, sizeof(v)) != sizeof(v))
+			return 3;
+		if (i >= warmup)
+			wake_ns[i - warmup] = write_ns[i - warmup] = t1 - t0;
+	}
+	report("signal", cpu, cpu, interval_us, wake_ns, write_ns);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 6) {
-		fprintf(stderr, "usage: %s wake|notice|timerfd FROM_CPU TO_CPU INTERVAL_US SAMPLES\n",
+		fprintf(stderr, "usage: %s wake|notice|timerfd|signal FROM_CPU TO_CPU INTERVAL_US SAMPLES\n",
 			argv[0]);
 		return 2;
 	}
@@ -155,6 +181,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (strcmp(mode, "timerfd") == 0)
 		return run_timerfd(to_cpu, interval_us);
+	if (strcmp(mode, "signal") == 0)
+		return run_signal(from, interval_us, write_ns);
 	if (strcmp(mode, "wake") != 0 && strcmp(mode, "notice") != 0)
 		return 2;
 	efd = eventfd(0, 0);

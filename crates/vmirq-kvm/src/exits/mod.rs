@@ -102,6 +102,17 @@ pub fn measure_op(op: ExitOp, iterations: u32, clock: TscClock) -> Result<(Summa
         .join()
         .map_err(|_| Error::Guest("vCPU thread panicked".into()))?
     })?;
+    if op.interrupts() {
+        // Each iteration must have taken its self-IPI: a host that never injects it (as
+        // KVM's ring-0 emulator does between `sti; nop; cli`) would measure something else.
+        let taken = vm.ram.cell(layout::mailbox::IRQ_COUNT)?;
+        let want = u64::from(iterations + SKIP);
+        if taken != want {
+            return Err(Error::Guest(format!(
+                "{op:?}: the handler ran {taken} times in {want} iterations"
+            )));
+        }
+    }
     let mut ns = Vec::with_capacity(iterations as usize);
     for i in u64::from(SKIP)..u64::from(iterations + SKIP) {
         ns.push(clock.ns(vm.ram.load(layout::ARRAY + i * 8)?));

@@ -8,8 +8,10 @@
 
 use super::{asm_error, msr, AsmResult, Builder, Program};
 use crate::error::{Error, Result};
-use crate::layout::{self, port, WAKE_VECTOR};
-use iced_x86::code_asm::{dword_ptr, eax, ecx, edx, r12, r8, r8d, r9, r9d, rax, rbp, rdi, rdx};
+use crate::layout::{self, mailbox, port, WAKE_VECTOR};
+use iced_x86::code_asm::{
+    dword_ptr, eax, ecx, edx, qword_ptr, r12, r15, r8, r8d, r9, r9d, rax, rbp, rdi, rdx,
+};
 use serde::{Deserialize, Serialize};
 
 /// The operation whose cost one loop measures.
@@ -33,11 +35,26 @@ pub enum ExitOp {
     HltUser,
     /// x2APIC ICR write sending a fixed IPI to itself (interrupts disabled; in-kernel LAPIC).
     IpiSelf,
+    /// [`Self::IpiSelf`], then `sti; out; cli` with the `out` to a port with no in-kernel
+    /// handler (an exit to the VMM, as [`Self::PioUser`]): the pending interrupt is injected
+    /// when KVM re-enters after that exit (its handler EOIs and returns). The reference for
+    /// [`Self::HltPending`]: the same instructions, interrupt and handler, with an exit to the
+    /// VMM in place of the HLT. (A `nop`, or an `out` to the ioeventfd port, in place of it
+    /// does not do: on a host that emulates guest ring 0, KVM's emulator steps `sti; nop;
+    /// cli` and `sti; out; cli` without injecting the interrupt, so it is never taken; seen
+    /// with the `kvm_emulate_insn` tracepoint.)
+    IrqPending,
+    /// [`Self::IpiSelf`], then `sti; hlt; cli`: a HLT that finds an interrupt already pending,
+    /// so KVM leaves the halt at once (no poll, no sleep) and re-enters the guest, which
+    /// takes the interrupt. Minus [`Self::IrqPending`], plus [`Self::PioUser`]'s net cost:
+    /// what a HLT and KVM's halt handling cost beyond an emulated instruction, with no
+    /// cross-CPU wake, no poll loop and no sleep.
+    HltPending,
 }
 
 impl ExitOp {
     /// Every operation, baseline first.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Baseline,
         Self::PioUser,
         Self::PioEventfd,
@@ -46,7 +63,15 @@ impl ExitOp {
         Self::Hypercall,
         Self::HltUser,
         Self::IpiSelf,
+        Self::IrqPending,
+        Self::HltPending,
     ];
+
+    /// Whether the loop takes interrupts (x2APIC enabled, a handler for [`WAKE_VECTOR`]).
+    #[must_use]
+    pub fn interrupts(self) -> bool {
+        matches!(self, Self::IrqPending | Self::HltPending)
+    }
 
     /// Whether the loop needs the in-kernel irqchip (and must not have it for `HltUser`).
     #[must_use]
@@ -80,7 +105,7 @@ pub fn program(op: ExitOp, iterations: u32) -> Result<Program> {
 
 fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.entry()?;
-    if op == ExitOp::IpiSelf {
+    if op == ExitOp::IpiSelf || op.interrupts() {
         b.enable_x2apic()?;
     }
     b.a.mov(rdi, layout::ARRAY)?;
@@ -105,7 +130,20 @@ fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.a.dec(r12)?;
     b.a.jnz(top)?;
     b.out(port::DONE)?;
-    b.a.hlt()
+    b.a.hlt()?;
+    if op.interrupts() {
+        // Count, EOI and return. Clobbers eax, ecx, edx only: the loop reloads them (rdtsc)
+        // after the operation, and keeps its own state in r8, r9, rdi, rbp, r12 (r15: the
+        // mailbox). The count lets the VMM check that every iteration took its interrupt.
+        b.handler(WAKE_VECTOR)?;
+        b.a.inc(qword_ptr(r15 + mailbox::IRQ_COUNT))?;
+        b.a.mov(ecx, msr::X2APIC_EOI)?;
+        b.a.xor(eax, eax)?;
+        b.a.xor(edx, edx)?;
+        b.a.wrmsr()?;
+        b.a.iretq()?;
+    }
+    Ok(())
 }
 
 fn emit_op(b: &mut Builder, op: ExitOp) -> AsmResult {
@@ -117,11 +155,26 @@ fn emit_op(b: &mut Builder, op: ExitOp) -> AsmResult {
         ExitOp::Cpuid => b.a.cpuid(),
         ExitOp::Hypercall => b.a.vmmcall(),
         ExitOp::HltUser => b.a.hlt(),
-        ExitOp::IpiSelf => {
-            b.a.mov(ecx, msr::X2APIC_ICR)?;
-            b.a.mov(eax, u32::from(WAKE_VECTOR))?;
-            b.a.xor(edx, edx)?; // destination: APIC id 0, itself
-            b.a.wrmsr()
+        ExitOp::IpiSelf => self_ipi(b),
+        ExitOp::IrqPending => {
+            self_ipi(b)?;
+            b.a.sti()?;
+            b.out(port::PIO_USER)?; // exit to the VMM: the interrupt is injected on re-entry
+            b.a.cli()
+        }
+        ExitOp::HltPending => {
+            self_ipi(b)?;
+            b.a.sti()?;
+            b.a.hlt()?; // in sti's shadow: the HLT runs, finds the interrupt pending
+            b.a.cli()
         }
     }
+}
+
+/// x2APIC ICR write: fixed IPI on [`WAKE_VECTOR`] to APIC id 0, this vCPU.
+fn self_ipi(b: &mut Builder) -> AsmResult {
+    b.a.mov(ecx, msr::X2APIC_ICR)?;
+    b.a.mov(eax, u32::from(WAKE_VECTOR))?;
+    b.a.xor(edx, edx)?; // destination: APIC id 0, itself
+    b.a.wrmsr()
 }

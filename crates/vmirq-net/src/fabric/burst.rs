@@ -33,6 +33,7 @@ use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::DescTable;
 use vmirq_vhost::notify::Submissions;
+use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
 
 /// One chain taken off the source.
@@ -84,8 +85,32 @@ impl Fabric {
         limit: usize,
     ) -> usize {
         let start = tx.state.get_queue().next_avail();
+        if revoked_in(mem).is_some() {
+            b.broken = true; // the frontend truncated its memory (vmirq_vhost::sigbus)
+            return 0;
+        }
         self.take(src, tx, mem, b, limit);
+        if revoked_in(mem).is_some() {
+            // The headers read as zeros: forward and complete nothing.
+            tx.state.get_queue_mut().set_next_avail(start);
+            PortCounters::add(&self.slots[src].counters.queue_broken, 1);
+            b.broken = true;
+            return 0;
+        }
         let done = self.deliver_all(src, mem, b);
+        if revoked_in(mem).is_some() {
+            // A frame's body (copied straight into its destination) lay in memory revoked
+            // during this burst: complete none of it; what reached a destination was the
+            // hostile source's own data or zeros.
+            tx.state.get_queue_mut().set_next_avail(start);
+            PortCounters::add(&self.slots[src].counters.queue_broken, 1);
+            b.broken = true;
+            let mut dests = std::mem::take(&mut b.dests);
+            self.flush_dests(&mut dests);
+            dests.cache.clear();
+            b.dests = dests;
+            return 0;
+        }
         tx.state
             .get_queue_mut()
             .set_next_avail(start.wrapping_add(u16::try_from(done).unwrap_or(u16::MAX)));
@@ -223,6 +248,9 @@ impl Fabric {
         let a: std::sync::Arc<Attached> = self.attached(dst)?;
         let c = &slot.counters;
         let mem = a.mem.memory();
+        if revoked_in(&mem).is_some() {
+            return None; // its frontend truncated its memory: the connection is going away
+        }
         let mut rx = a.rx.get_mut();
         if !rx.get_queue().ready() || !rx.is_enabled() {
             return None;

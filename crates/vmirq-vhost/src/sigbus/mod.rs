@@ -13,8 +13,7 @@
 //! the device breaks its queues and drops the connection. A SIGBUS anywhere else goes to the
 //! previous disposition.
 //!
-//! [`Revocation`] is one connection's side of this for any device (vmirq-net uses it;
-//! vmirq-blk's backend has its own copy of the same steps).
+//! [`Revocation`] is one connection's side of this for any device (vmirq-blk and vmirq-net).
 //!
 //! [`unsealed_memfd`] tells the guard when a region's file is a memfd that can still shrink
 //! (a warning only: QEMU's file and hugetlbfs memory backends cannot be sealed).
