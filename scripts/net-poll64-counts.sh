@@ -8,12 +8,15 @@
 #
 #   scripts/net-poll64-counts.sh [REPS] [SECONDS]    (defaults 3, 2)
 #   CONFIGS="per-port/never pmd:cpu=1/never" scripts/net-poll64-counts.sh
+#   MODE=interrupt WORKLOAD=stream:1514@20000 scripts/net-poll64-counts.sh   (other clients)
 #
 # Needs: a release build (built here); no testpmd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${1:-3}
 secs=${2:-2}
+mode=${MODE:-poll}
+workload=${WORKLOAD:-stream:64}
 configs=${CONFIGS:-"per-port/never per-port/kvm pmd:cpu=1/never pmd:cpu=1/fixed:us=100 pmd:cpu=1/kvm"}
 cargo build --release -q -p vmirq --bin vmirq
 vmirq=$PWD/target/release/vmirq
@@ -22,7 +25,7 @@ srv=
 trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT
 tck=$(getconf CLK_TCK)
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) load $(cut -d' ' -f1-3 /proc/loadavg) mode $mode workload $workload"
 printf '%-26s %3s %10s %12s %12s %14s\n' config rep packets cpu_ns/pkt kicks/pkt pmd_wake/pkt
 for r in $(seq 1 "$reps"); do
   for c in $configs; do
@@ -35,7 +38,7 @@ for r in $(seq 1 "$reps"); do
     for _ in $(seq 100); do [ -S "$work/b.sock" ] && break; sleep 0.05; done
     t0=$(ticks "$srv")
     RUST_LOG=error timeout 120 "$vmirq" netload --socket "$work/a.sock" --socket "$work/b.sock" \
-      --mode poll --workload stream:64 --seconds "$secs" --warmup 0.2 --repeat 1 --cpu 0 \
+      --mode "$mode" --workload "$workload" --seconds "$secs" --warmup 0.2 --repeat 1 --cpu 0 \
       >"$work/load.txt" 2>&1 || { echo "netload failed:"; cat "$work/load.txt"; }
     t1=$(ticks "$srv")
     kill -INT "$srv"

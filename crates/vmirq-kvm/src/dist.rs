@@ -1,6 +1,7 @@
 //! Latency distributions: percentiles over a vector of samples.
 
 use serde::{Deserialize, Serialize};
+use vmirq_report::stats::nearest_rank as percentile;
 
 /// Summary of a set of nanosecond samples.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,12 +43,6 @@ impl Summary {
             mean,
         }
     }
-}
-
-/// Nearest-rank percentile of sorted, non-empty `sorted`.
-fn percentile(sorted: &[u64], pct: usize) -> u64 {
-    let rank = (pct * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 #[cfg(test)]

@@ -174,6 +174,13 @@ impl Fabric {
         });
     }
 
+    /// Whether port `p`'s frontend has handed its vrings to the fabric (frames can reach
+    /// it from now on; its worker does that shortly after the connection is set up).
+    #[must_use]
+    pub fn is_attached(&self, p: usize) -> bool {
+        self.attached(p).is_some()
+    }
+
     /// Port `p` has a frontend with these vrings.
     pub fn attach(&self, p: usize, a: Attached) {
         if let Some(s) = self.slots.get(p) {
@@ -555,8 +562,12 @@ impl Fabric {
             }
             Route::Port(dst) => {
                 // Waiting for room: mark the source blocked before arming the refill kick,
-                // so that a refill after the arm finds the mark; look again while buffers
-                // arrive during the arm (bounded).
+                // so that a refill after the arm finds the mark; then always look once more
+                // (buffers the driver added between the failed delivery and the arm raise
+                // no kick, since the arm's event index is already past them, and do not show
+                // as a change during the arm: waiting then stalled the source until its next
+                // transmit kick, for good once the driver stopped sending); look again while
+                // buffers arrive during the arm (bounded).
                 for attempt in 0..ARM_ATTEMPTS {
                     match self.deliver_to(dst, frame, dests, s, attempt > 0) {
                         Some(RxOutcome::Delivered(_)) => return Sent::Done,
@@ -570,7 +581,7 @@ impl Fabric {
                         }
                         Some(_) => return Sent::Dropped,
                     }
-                    if !self.arm(dst, dests) {
+                    if !self.arm(dst, dests) && attempt > 0 {
                         return Sent::Wait;
                     }
                 }

@@ -136,7 +136,8 @@ impl TxCtl {
             counters.clone(),
         );
         Ok(Self {
-            notifier: QueueNotifier::new(p.moderation.build(), counters)?,
+            // Transmit completions follow the spec's TX form (DIM: net_dim's TX table).
+            notifier: QueueNotifier::new(p.moderation.for_tx_queue().build(), counters)?,
             poller,
         })
     }

@@ -179,6 +179,12 @@ impl ServerHandle {
         self.revoked.load(Ordering::Relaxed)
     }
 
+    /// Whether port `p`'s frontend is attached to the switch (frames reach it).
+    #[must_use]
+    pub fn attached(&self, p: usize) -> bool {
+        self.fabric.is_attached(p)
+    }
+
     /// Frontend connections accepted so far, all ports.
     #[must_use]
     pub fn connections(&self) -> u64 {

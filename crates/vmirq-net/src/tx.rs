@@ -104,13 +104,21 @@ pub fn scan_chain(
         if end > limit {
             return Err(TxError::TooLong);
         }
-        if !mem.check_range(desc.addr(), len) {
-            return Err(TxError::OutsideMemory);
-        }
-        if total < PREFIX_LEN {
-            let n = len.min(PREFIX_LEN - total);
-            mem.read_slice(&mut prefix[total..total + n], desc.addr())
-                .map_err(|_| TxError::OutsideMemory)?;
+        let n = len.min(PREFIX_LEN.saturating_sub(total));
+        // One region lookup for a descriptor inside one region (the usual case); a
+        // descriptor spanning regions is checked piece by piece.
+        if let Ok(slice) = mem.get_slice(desc.addr(), len) {
+            if n > 0 {
+                slice.copy_to(&mut prefix[total..total + n]);
+            }
+        } else {
+            if !mem.check_range(desc.addr(), len) {
+                return Err(TxError::OutsideMemory);
+            }
+            if n > 0 {
+                mem.read_slice(&mut prefix[total..total + n], desc.addr())
+                    .map_err(|_| TxError::OutsideMemory)?;
+            }
         }
         total = end;
     }

@@ -170,12 +170,145 @@ fn dim_loop_wakes_every_period_and_moderates_a_stream() {
         bulk.summary()
     );
     // Idle ports: the loop keeps waking (the talk's fixed host cost per device).
+    // (Against the time actually slept: on a loaded machine a 200 ms sleep lasts longer.)
+    let (rx1, _) = server.handle.queue_counters(1).expect("port 1");
+    let t1 = Instant::now();
     std::thread::sleep(Duration::from_millis(200));
     let (rx2, _) = server.handle.queue_counters(1).expect("port 1");
+    let idle_ms = u64::try_from(t1.elapsed().as_millis()).unwrap_or(u64::MAX);
     let idle = rx2.loop_wakeups - rx1.loop_wakeups;
-    assert!((14..=21).contains(&idle), "{idle} wakeups in 200 ms idle");
+    assert!(
+        idle * 10 >= idle_ms * 7 / 10 && idle * 10 <= idle_ms + 20,
+        "{idle} wakeups in {idle_ms} ms idle"
+    );
     for p in ports {
         p.close().expect("rings stop");
     }
     server.stop();
+}
+
+/// A paced stream sent from a thread of its own (the wire, `RunConfig::wire_sender`): the
+/// client thread only receives, every frame arrives verified and none is lost, the stream's
+/// interrupts are the receiving port's alone, and `dim` holds most frames where `none` holds
+/// none. (How many interrupts each takes per packet is a benchmark's question, answered by
+/// `scripts/net-moderation.sh`; on a loaded machine the wire itself turns bursty.)
+#[test]
+fn a_paced_stream_from_the_wire_is_received_whole_and_moderated_by_dim() {
+    let paced = Workload::Stream {
+        frame_len: 1514,
+        // Low enough for a debug build on a loaded machine to keep up.
+        rate_pps: Some(20_000),
+    };
+    for moderation in ["none", "dim"] {
+        let (server, mut ports) = start(moderation);
+        let mut cfg = RunConfig::new(paced, Mode::Interrupt);
+        cfg.warmup = Duration::from_millis(100);
+        cfg.measure = Duration::from_millis(400);
+        cfg.drain_max = Duration::from_secs(2);
+        cfg.wire_sender = Some(None);
+        let r = run(&mut ports, &cfg).expect("workload runs");
+        let _ = writeln!(std::io::stderr(), "{moderation}: {}", r.summary());
+        let b = r.bulk.as_ref().expect("bulk report");
+        assert_eq!(r.lost(), 0, "lost frames: {}", r.summary());
+        assert_eq!(r.frame_errors.total(), 0, "frame errors: {}", r.summary());
+        assert_eq!(r.faults.total(), 0, "device faults: {}", r.summary());
+        assert_eq!(r.unsignalled, 0, "{}", r.summary());
+        assert_eq!(b.sent, b.received);
+        assert!(b.frames > 1_000, "too little traffic: {}", r.summary());
+        // The client's only port is the receiver: all its interrupts are the stream's.
+        assert_eq!(r.port_interrupts.len(), 1);
+        assert_eq!(b.interrupts, Some(r.interrupts));
+        assert!(r.interrupts > 0, "the client never slept: {}", r.summary());
+        for p in ports {
+            p.close().expect("rings stop");
+        }
+        let held = held_share(&server);
+        server.stop();
+        if moderation == "none" {
+            assert!(held < 0.01, "none held {held}");
+        } else {
+            assert!(held > 0.5, "dim held only {held}");
+        }
+    }
+}
+
+/// Regression: in the mix, a request due while the bulk stream filled the client's TX ring
+/// made the client's every sleep time out at once (a spin of timer wakeups that took CPU
+/// from the switch and cost moderated runs a third of their throughput). The client now
+/// waits for its TX interrupt: it wakes by timeout about once per message interval at most.
+#[test]
+fn a_client_blocked_on_a_full_tx_ring_sleeps_instead_of_spinning() {
+    let server = common::start(2, |c| {
+        c.policies.moderation = "dim".parse().expect("moderation spec");
+    });
+    // A short TX ring, so that the bulk stream keeps it full even in a debug build.
+    let cfg = PortConfig {
+        rx_queue_size: 512,
+        tx_queue_size: 16,
+        tx_frame_max: 1514,
+        ..PortConfig::default()
+    };
+    let mut ports: Vec<NetPort> = (0..2)
+        .map(|i| {
+            NetPort::connect(&server.sockets[i], cfg, frame::port_mac(i), &Pattern::new())
+                .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"))
+        })
+        .collect();
+    let mix = Workload::Mix {
+        bulk_len: 1514,
+        bulk_rate_pps: None,
+        msg_len: 64,
+        msg_interval_us: 200,
+    };
+    let r = measure(&mut ports, mix, 400);
+    let seconds = r.measured_ns as f64 / 1e9;
+    let per_s = r.timer_wakeups as f64 / seconds;
+    // One request every 200 us: at most 5000 timed wakeups/s, plus the phase ends.
+    assert!(
+        per_s < 7_500.0,
+        "{per_s:.0} timer wakeups/s: {}",
+        r.summary()
+    );
+    for p in ports {
+        p.close().expect("rings stop");
+    }
+    server.stop();
+}
+
+/// The mix on one queue with the wire as the far end: the wire sends the stream to the
+/// client's port and answers the client's requests, so the client's one receive queue
+/// carries both. Every frame and every transaction completes; `dim-lat` lets the responses
+/// through while it holds the stream.
+#[test]
+fn the_wire_serves_a_stream_and_answers_messages_on_one_queue() {
+    let (server, mut ports) = start("dim-lat");
+    // A debug build on a loaded machine must keep up: 5 kpps, and messages every 200 us.
+    let mix = Workload::Mix {
+        bulk_len: 1514,
+        bulk_rate_pps: Some(5_000),
+        msg_len: 64,
+        msg_interval_us: 200,
+    };
+    let mut cfg = RunConfig::new(mix, Mode::Interrupt);
+    cfg.warmup = Duration::from_millis(100);
+    cfg.measure = Duration::from_millis(600);
+    cfg.drain_max = Duration::from_secs(2);
+    cfg.wire_sender = Some(None);
+    let r = run(&mut ports, &cfg).expect("workload runs");
+    let _ = writeln!(std::io::stderr(), "{}", r.summary());
+    let (b, t) = (r.bulk.expect("bulk"), r.rr.expect("rr"));
+    assert_eq!(r.lost(), 0, "{}", r.summary());
+    assert_eq!(r.frame_errors.total(), 0, "{}", r.summary());
+    assert_eq!((t.unexpected, r.unsignalled), (0, 0), "{}", r.summary());
+    assert_eq!(b.sent, b.received);
+    assert!(t.transactions >= 5 && b.frames > 500, "{}", r.summary());
+    // One queue carries both flows: neither has interrupts of its own.
+    assert_eq!((b.interrupts, t.interrupts), (None, None));
+    assert_eq!(r.port_interrupts.len(), 1);
+    for p in ports {
+        p.close().expect("rings stop");
+    }
+    let (rx, _) = server.handle.queue_counters(1).expect("port 1");
+    server.stop();
+    assert!(rx.held > b.received / 2, "stream not held: {rx:?}");
 }

@@ -55,7 +55,9 @@ fn post_rx(port: &mut RawPort, i: u16) {
 fn malformed_transmit_chains_are_dropped_and_counted_on(datapath: Datapath) {
     let server = common::start(2, |c| c.policies.datapath = datapath);
     let mut p0 = RawPort::connect(&server.sockets[0], F_MRG_RXBUF | F_EVENT_IDX);
+    server.wait_attached(0);
     let mut p1 = RawPort::connect(&server.sockets[1], F_MRG_RXBUF | F_EVENT_IDX);
+    server.wait_attached(1);
     for i in 0..8 {
         post_rx(&mut p1, i);
     }
@@ -116,7 +118,9 @@ fn malformed_transmit_chains_are_dropped_and_counted_on(datapath: Datapath) {
 fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works_on(datapath: Datapath) {
     let server = common::start(2, |c| c.policies.datapath = datapath);
     let p0 = RawPort::connect(&server.sockets[0], F_EVENT_IDX);
+    server.wait_attached(0);
     let mut p1 = RawPort::connect(&server.sockets[1], F_EVENT_IDX);
+    server.wait_attached(1);
     post_rx(&mut p1, 0);
     // 1000 chains "available" in a 64-entry ring.
     p0.set_avail_idx(TX, 1000);
@@ -126,6 +130,7 @@ fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works_on(datap
     p0.close();
     server.wait_idle(0);
     let mut p0 = RawPort::connect(&server.sockets[0], F_EVENT_IDX);
+    server.wait_attached(0);
     let good = packet(60, 3);
     p0.write(DATA, &good);
     p0.desc(TX, 0, DATA, good.len() as u32, 0, 0);
@@ -143,8 +148,10 @@ fn an_available_index_jump_breaks_the_queue_and_the_next_frontend_works_on(datap
 fn bad_and_too_small_receive_buffers_drop_the_frame_and_are_counted_on(datapath: Datapath) {
     let server = common::start(2, |c| c.policies.datapath = datapath);
     let mut p0 = RawPort::connect(&server.sockets[0], F_EVENT_IDX);
+    server.wait_attached(0);
     // No MRG_RXBUF: a frame must fit one receive chain.
     let mut p1 = RawPort::connect(&server.sockets[1], F_EVENT_IDX);
+    server.wait_attached(1);
     assert_eq!(p1.features() & F_MRG_RXBUF, 0);
     let big = packet(100, 1);
     let small = packet(50, 2);

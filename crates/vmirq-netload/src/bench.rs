@@ -130,6 +130,16 @@ const METRICS: &[Metric] = &[
         get: |r| Some(r.interrupts_per_packet),
     },
     Metric {
+        name: "bulk interrupts/packet",
+        unit: "",
+        get: |r| r.bulk.and_then(|b| b.interrupts_per_packet),
+    },
+    Metric {
+        name: "msg interrupts/packet",
+        unit: "",
+        get: |r| r.rr.and_then(|t| t.interrupts_per_packet),
+    },
+    Metric {
         name: "wakeups/packet",
         unit: "",
         get: |r| Some(r.wakeups_per_packet),

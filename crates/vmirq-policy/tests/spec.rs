@@ -188,3 +188,46 @@ fn contention_specs_parse_round_trip_and_refuse_nonsense() {
         "{msg}"
     );
 }
+
+/// A network transmit queue runs a DIM spec on net_dim's TX table (EQE: 128 us at 128
+/// packets at most), the receive queue on the RX table (256 us at 256); `dim-loop`'s loop
+/// runs on the receive queue only; other specs are the same on both.
+#[test]
+fn dim_specs_take_the_tx_table_on_transmit_queues() {
+    use vmirq_policy::moderation::Knob;
+    for (spec, rx_hold_us, tx_hold_us) in [
+        ("dim", 256, 128),
+        ("dim-lat", 256, 128),
+        ("dim-loop", 256, 128),
+        // CQE: a hold is bounded by usecs x frames, largest at 64 us x 64 (RX), x 32 (TX).
+        ("dim:mode=cqe", 64 * 64, 64 * 32),
+    ] {
+        let m: ModerationSpec = spec.parse().expect("valid");
+        let (rx, tx) = (m.build(), m.for_tx_queue().build());
+        assert_eq!(rx.max_hold_ns(), rx_hold_us * 1_000, "{spec} rx");
+        assert_eq!(tx.max_hold_ns(), tx_hold_us * 1_000, "{spec} tx");
+        // Both start at net_dim's default profile 1 (8 us).
+        for p in [rx, tx] {
+            assert!(
+                matches!(
+                    p.knob(),
+                    Knob::Profile {
+                        index: 1,
+                        usecs: 8,
+                        ..
+                    }
+                ),
+                "{spec}"
+            );
+        }
+    }
+    // One control loop per port: the receive queue's; the transmit queue runs DIM in path.
+    let lp: ModerationSpec = "dim-loop:period_ms=5".parse().expect("valid");
+    assert!(lp.build().control_loop().is_some());
+    assert!(lp.for_tx_queue().build().control_loop().is_none());
+    assert_eq!(lp.for_tx_queue().name(), "dim");
+    for spec in ["none", "count:usecs=50,frames=32", "vic", "budget"] {
+        let m: ModerationSpec = spec.parse().expect("valid");
+        assert_eq!(m.for_tx_queue(), m, "{spec}");
+    }
+}

@@ -1,6 +1,7 @@
 //! Summary statistics of per-completion added delay.
 
 use serde::Serialize;
+use vmirq_report::stats::nearest_rank as percentile;
 
 /// Mean, median, 99th percentile and maximum, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -13,18 +14,6 @@ pub struct DelaySummary {
     pub p99: u64,
     /// Maximum.
     pub max: u64,
-}
-
-/// The nearest-rank percentile `pct` of sorted `values` (0 for an empty slice).
-#[must_use]
-pub fn percentile(sorted: &[u64], pct: u64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let n = sorted.len() as u64;
-    let rank = (pct * n).div_ceil(100).clamp(1, n);
-    let index = usize::try_from(rank - 1).unwrap_or(0);
-    sorted[index.min(sorted.len() - 1)]
 }
 
 impl DelaySummary {
@@ -64,7 +53,5 @@ mod tests {
             }
         );
         assert_eq!(DelaySummary::of(&mut []), DelaySummary::default());
-        assert_eq!(percentile(&[7], 99), 7);
-        assert_eq!(percentile(&[1, 2], 50), 1);
     }
 }

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod html;
 pub mod plot;
+pub mod stats;
 mod style;
 pub mod table;
 

@@ -279,11 +279,15 @@ impl Fabric {
             let q = rx.get_queue_mut();
             let mut out = stage(q, &mem, frame, mrg, &mut b.rx, &mut b.used);
             if out == RxOutcome::NoRoom {
-                // Mark before arming, so that a refill after the arm finds the mark; look
-                // again while buffers arrive during the arm (bounded).
+                // Mark before arming, so that a refill after the arm finds the mark; then
+                // always look once more (buffers added between the failed staging and the
+                // arm raise no kick and show no change during the arm: the per-frame path's
+                // lost wakeup, see `Fabric::switch_frame`); look again while buffers arrive
+                // during the arm (bounded).
                 slot.blocked.fetch_or(1 << src, Ordering::AcqRel);
-                for _ in 1..ARM_ATTEMPTS {
-                    if !arm_refill_kick(rx.get_queue(), &*mem).unwrap_or(false) {
+                for attempt in 1..ARM_ATTEMPTS {
+                    let arrived = arm_refill_kick(rx.get_queue(), &*mem).unwrap_or(false);
+                    if !arrived && attempt > 1 {
                         break;
                     }
                     out = stage(rx.get_queue_mut(), &mem, frame, mrg, &mut b.rx, &mut b.used);

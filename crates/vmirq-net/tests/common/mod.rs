@@ -51,6 +51,20 @@ impl Running {
         }
     }
 
+    /// Wait (bounded) until port `p`'s frontend is attached to the switch: its worker
+    /// hands the vrings over after the connection is set up, and a frame switched before
+    /// that is dropped for want of a destination.
+    pub fn wait_attached(&self, p: usize) {
+        let t = Instant::now();
+        while !self.handle.attached(p) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "port {p} never attached"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     pub fn stop(mut self) {
         self.handle.stop();
         let t = self.thread.take().expect("running");

@@ -13,6 +13,7 @@ pub mod flows;
 mod os;
 mod paths;
 pub mod report;
+pub mod wire;
 
 use crate::port::{NetPort, PortError};
 use crate::workload::{Workload, WorkloadError};
@@ -51,6 +52,15 @@ pub enum RunError {
     /// Sleeping on the eventfds failed.
     #[error("waiting for call eventfds")]
     Wait(#[source] std::io::Error),
+    /// A wire sender needs a bulk stream.
+    #[error("a wire sender needs `stream` or `mix`")]
+    WireSender,
+    /// The wire sender's thread could not start.
+    #[error("starting the wire sender")]
+    Thread(#[source] std::io::Error),
+    /// The wire sender's thread panicked.
+    #[error("the wire sender panicked")]
+    WirePanicked,
 }
 
 /// Result alias of this module.
@@ -112,6 +122,11 @@ pub struct RunConfig {
     /// The backend's process: its CPU time (all threads) is sampled at the window's edges,
     /// giving backend CPU per packet; `None` when the backend is not a process of its own.
     pub backend_pid: Option<u32>,
+    /// Send the bulk stream from a thread of its own ([`wire`]: another host on the wire)
+    /// pinned to this CPU (`Some(None)`: unpinned), so that the client thread only receives
+    /// it; `None`: the client thread sends it. `stream` or `mix`; in the mix on two ports
+    /// the wire also answers the client's requests (its port 0 is the far end).
+    pub wire_sender: Option<Option<usize>>,
 }
 
 impl RunConfig {
@@ -129,6 +144,7 @@ impl RunConfig {
             cpu: None,
             bulk_window: None,
             backend_pid: None,
+            wire_sender: None,
         }
     }
 }
@@ -166,5 +182,52 @@ pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
     let hellos = await_paths(ports)?;
     // 1 ns .. 10 s at 3 significant digits.
     let rtt = Histogram::new_with_bounds(1, 10_000_000_000, 3)?;
-    engine::Engine::new(ports, cfg, rtt, hellos).run()
+    let Some(wire_cpu) = cfg.wire_sender else {
+        return engine::Engine::new(ports, cfg, rtt, hellos, None).run();
+    };
+    let (frame_len, rate) = match cfg.workload {
+        Workload::Stream {
+            frame_len,
+            rate_pps,
+        } => (frame_len, rate_pps),
+        Workload::Mix {
+            bulk_len,
+            bulk_rate_pps,
+            ..
+        } => (bulk_len, bulk_rate_pps),
+        Workload::Rr { .. } => return Err(RunError::WireSender),
+    };
+    // The mix on two ports: the wire also answers the client's requests (same queue).
+    let answer = matches!(cfg.workload, Workload::Mix { .. }) && ports.len() == 2;
+    let remote = ports[0].mac();
+    let dst = ports[1].mac();
+    let (sender, client) = ports.split_at_mut(1);
+    let sender = &mut sender[0];
+    let slack = u64::from(sender.tx_in_flight()) + sender.tx_free() as u64;
+    let flow = flows::BulkFlow::new(BULK_FLOW, 0, 1, frame_len, rate, slack);
+    let shared = wire::WireShared::default();
+    let pattern = crate::frame::Pattern::new();
+    std::thread::scope(|s| {
+        let wire = std::thread::Builder::new()
+            .name("netload-wire".into())
+            .spawn_scoped(s, || {
+                wire::send(sender, flow, dst, &pattern, &shared, wire_cpu, answer)
+            })
+            .map_err(RunError::Thread)?;
+        let link = engine::WireLink {
+            shared: &shared,
+            remote,
+        };
+        let report = engine::Engine::new(client, cfg, rtt, hellos, Some(link)).run();
+        shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        shared
+            .quit
+            .store(true, std::sync::atomic::Ordering::Release);
+        let sent = wire.join().map_err(|_| RunError::WirePanicked)?;
+        let report = report?;
+        sent?;
+        Ok(report)
+    })
 }

@@ -29,6 +29,8 @@ pub struct Snapshot {
     pub machine_ticks: Option<(u64, u64)>,
     /// CPU time of the backend process (all threads), if its pid was given.
     pub backend_cpu_ns: Option<u64>,
+    /// Device signals (RX and TX call eventfds) of each port, in port order.
+    pub port_calls: Vec<u64>,
 }
 
 /// Frames the client could not use.
@@ -103,6 +105,11 @@ pub struct BulkReport {
     pub out_of_order: u64,
     /// Frames a paced sender skipped because the client fell behind.
     pub pace_slips: u64,
+    /// Device signals on the stream's two ports in the window, when no other flow uses
+    /// them (the mix on separate queues); `None` on shared queues.
+    pub interrupts: Option<u64>,
+    /// Those signals per stream frame received.
+    pub interrupts_per_packet: Option<f64>,
 }
 
 /// The request/response flow's results.
@@ -120,6 +127,11 @@ pub struct RrReport {
     pub lost: u64,
     /// Responses that answered nothing outstanding.
     pub unexpected: u64,
+    /// Device signals on the flow's two ports in the window, when no other flow uses them
+    /// (the mix on separate queues); `None` on shared queues.
+    pub interrupts: Option<u64>,
+    /// Those signals per message packet (a request and a response per transaction).
+    pub interrupts_per_packet: Option<f64>,
 }
 
 /// Everything one run measured.
@@ -147,6 +159,8 @@ pub struct Report {
     pub interrupts: u64,
     /// Interrupts per received packet.
     pub interrupts_per_packet: f64,
+    /// Device signals of each port in the window, in port order.
+    pub port_interrupts: Vec<u64>,
     /// Sleeps ended by a call eventfd.
     pub wakeups: u64,
     /// Wakeups per received packet.
@@ -177,6 +191,9 @@ pub struct Report {
     /// Longest time the client loop was away (a round, or oversleeping a timer): on a
     /// shared machine, how long other work kept it off the CPU.
     pub stall_max_ns: u64,
+    /// Frames found in a receive ring only by a last look after the drain timed out: the
+    /// device had written them but never signalled (0 in a sound run).
+    pub unsignalled: u64,
     /// Path probes sent before the run (and received, before or during it).
     pub hellos: super::Hellos,
 }
@@ -214,6 +231,8 @@ pub struct Totals<'a> {
     pub faults: Faults,
     /// Longest stall of the client loop.
     pub stall_max_ns: u64,
+    /// Frames found by the last look after a timed-out drain.
+    pub unsignalled: u64,
     /// Path probes.
     pub hellos: super::Hellos,
 }
@@ -231,6 +250,31 @@ impl Report {
         let kicks = d(|c| c.rx_kicks + c.tx_kicks);
         let wakeups = b.wakeups - a.wakeups;
         let cpu = b.cpu_ns.saturating_sub(a.cpu_ns);
+        let port_interrupts: Vec<u64> = b
+            .port_calls
+            .iter()
+            .enumerate()
+            .map(|(i, n)| n.saturating_sub(a.port_calls.get(i).copied().unwrap_or(0)))
+            .collect();
+        let bulk_ports = t.bulk.map(|f| [f.tx, f.rx]);
+        let rr_ports = t.rr.map(|f| [f.client, f.server]);
+        // A flow's own interrupts, when its ports carry no other flow.
+        let own = |mine: Option<[usize; 2]>, other: Option<[usize; 2]>| {
+            let mine = mine?;
+            if other.is_some_and(|o| o.iter().any(|p| mine.contains(p))) {
+                return None;
+            }
+            let mut ports = mine.to_vec();
+            ports.dedup();
+            Some(
+                ports
+                    .iter()
+                    .filter_map(|p| port_interrupts.get(*p))
+                    .sum::<u64>(),
+            )
+        };
+        let bulk_irqs = own(bulk_ports, rr_ports);
+        let rr_irqs = own(rr_ports, bulk_ports);
         let bulk = t.bulk.map(|f| {
             let frames = b.bulk_received - a.bulk_received;
             BulkReport {
@@ -243,6 +287,8 @@ impl Report {
                 lost: f.missing(),
                 out_of_order: f.out_of_order,
                 pace_slips: f.pace_slips,
+                interrupts: bulk_irqs,
+                interrupts_per_packet: bulk_irqs.map(|n| per(n, frames)),
             }
         });
         let rr = t.rr.map(|f| {
@@ -254,6 +300,8 @@ impl Report {
                 rtt: Latency::of(t.rtt),
                 lost: f.in_flight() as u64,
                 unexpected: f.unexpected,
+                interrupts: rr_irqs,
+                interrupts_per_packet: rr_irqs.map(|i| per(i, 2 * n)),
             }
         });
         Self {
@@ -268,6 +316,7 @@ impl Report {
             rr,
             interrupts,
             interrupts_per_packet: per(interrupts, packets),
+            port_interrupts,
             wakeups,
             wakeups_per_packet: per(wakeups, packets),
             timer_wakeups: b.timer_wakeups - a.timer_wakeups,
@@ -288,6 +337,7 @@ impl Report {
             frame_errors: t.frame_errors,
             faults: t.faults,
             stall_max_ns: t.stall_max_ns,
+            unsignalled: t.unsignalled,
             hellos: t.hellos,
         }
     }
@@ -317,6 +367,9 @@ impl Report {
                 "  bulk: {:.0} pps {:.3} Gbit/s; sent {} received {} lost {} out-of-order {} slips {}",
                 b.pps, b.gbit_s, b.sent, b.received, b.lost, b.out_of_order, b.pace_slips
             );
+            if let Some(ipp) = b.interrupts_per_packet {
+                let _ = writeln!(s, "  bulk interrupts/pkt {ipp:.4} (its own queues)");
+            }
         }
         if let Some(r) = &self.rr {
             let _ = writeln!(
@@ -328,6 +381,16 @@ impl Report {
                 r.rtt.max_ns as f64 / 1e3,
                 r.lost,
                 r.unexpected
+            );
+            if let Some(ipp) = r.interrupts_per_packet {
+                let _ = writeln!(s, "  rr interrupts/pkt {ipp:.4} (its own queues)");
+            }
+        }
+        if self.unsignalled > 0 {
+            let _ = writeln!(
+                s,
+                "  UNSIGNALLED: {} frames sat in a receive ring through the drain without a signal",
+                self.unsignalled
             );
         }
         if let Some(busy) = self.machine_busy {

@@ -187,7 +187,7 @@ pub fn summarize(s: &[u64]) -> Summary {
     }
     let mut v = s.to_vec();
     v.sort_unstable();
-    let pct = |p: usize| v[((v.len() * p).div_ceil(100)).clamp(1, v.len()) - 1];
+    let pct = |p: u64| vmirq_report::stats::nearest_rank(&v, p);
     let sum: u128 = v.iter().map(|&x| u128::from(x)).sum();
     #[allow(clippy::cast_precision_loss, reason = "statistics output")]
     let mean = sum as f64 / v.len() as f64;

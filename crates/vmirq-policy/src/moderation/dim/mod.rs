@@ -298,6 +298,27 @@ mod tests {
         assert!(matches!(d.knob(), Knob::Profile { .. }));
     }
 
+    /// Under a steady stream bandwidth and packet rate do not change with the profile, so
+    /// net_dim's only signal is the interrupt rate: it must walk right to the most moderated
+    /// RX profile (256 us, as Linux's net_dim does for a bulk receiver) and stay there, at
+    /// the 200 kpps of a paced stream and at the 1.4 Mpps of an unpaced one.
+    #[test]
+    fn climbs_to_the_most_moderated_profile_under_a_steady_stream() {
+        for gap in [5_000, 700] {
+            let mut d = Dim::new(DimConfig::default());
+            assert_eq!(d.index(), NET_DEFAULT_INDEX);
+            let n = 400_000;
+            let notes = run(&mut d, 256, gap, n);
+            assert_eq!(d.index(), 4, "gap {gap} ns: {:?}", d.knob());
+            // At 200 kpps the 256 us timer batches ~51 packets; at 1.4 Mpps the 256-frame
+            // count ends holds first.
+            assert!(
+                u64::from(notes) * 20 < u64::from(n),
+                "gap {gap}: {notes} notifications"
+            );
+        }
+    }
+
     #[test]
     fn latency_filter_bypasses_flush_and_qd1() {
         let cfg = DimConfig {

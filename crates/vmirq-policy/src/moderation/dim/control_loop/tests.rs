@@ -187,3 +187,63 @@ fn a_loop_started_late_counts_no_wakeups_before_its_start() {
     let none = crate::moderation::Moderation::None(crate::moderation::NoModeration::default());
     assert!(none.control_loop().is_none());
 }
+
+/// The hold of a steady stream under `dim-loop` follows the programmed profile in EQE mode:
+/// its timer starts at the first packet held after a notification and is not restarted by
+/// the packets after it, so each hold ends within `usecs` of its first packet (or at
+/// `frames` packets, or at a loop wakeup, which only ends it sooner). Checked at every
+/// profile the loop walks through on a 1.4 Mpps stream (the 1514-byte stream of the
+/// moderation runs), including the profiles whose timer ends a hold before `frames` do.
+#[test]
+fn a_steady_stream_is_released_by_the_profile_timer_from_the_first_held_packet() {
+    let mut q = DimLoopQueue::new(DimLoopConfig::default());
+    let gap = 700; // ns between packets
+    let (mut now, mut timer) = (0u64, None::<Nanos>);
+    let mut first: Option<Nanos> = None;
+    let (mut by_timer, mut holds) = (0u64, 0u64);
+    let mut released = |at: Nanos, first: &mut Option<Nanos>, cfg: CountConfig| {
+        let f = first.take().expect("a hold was open");
+        let bound = u64::from(cfg.usecs) * 1_000;
+        assert!(at - f <= bound, "held {} ns > {bound} ns at {at}", at - f);
+        holds += 1;
+    };
+    for _ in 0..300_000u64 {
+        let next = now + gap;
+        while let Some(t) = timer.filter(|t| *t <= next) {
+            timer = None;
+            let cfg = q.control_loop().profile();
+            match q.on_event(t, Event::Timer) {
+                Decision::Notify => {
+                    by_timer += 1;
+                    released(t, &mut first, cfg);
+                }
+                Decision::Hold { deadline } => timer = Some(deadline),
+                Decision::Idle => {}
+            }
+        }
+        now = next;
+        let cfg = q.control_loop().profile();
+        match q.on_event(now, complete(1_514)) {
+            Decision::Notify => {
+                if first.is_some() {
+                    released(now, &mut first, cfg);
+                }
+            }
+            Decision::Hold { deadline } => {
+                first.get_or_insert(now);
+                // The deadline is the first held packet's, whatever came since.
+                let f = first.unwrap_or(now);
+                let cap = f + u64::from(cfg.usecs) * 1_000;
+                assert!(deadline <= cap, "deadline {deadline} past {cap}");
+                timer = Some(deadline);
+            }
+            Decision::Idle => {}
+        }
+    }
+    // The loop walked to the profiles whose timer ends holds (usecs < frames x gap).
+    assert!(
+        by_timer > 1_000,
+        "{by_timer} of {holds} holds ended by the timer"
+    );
+    assert!(q.control_loop().index() >= 2, "{:?}", q.knob());
+}
