@@ -17,6 +17,9 @@
 //! starts the devices; [`stats`] and [`results`] summarise; [`knob`] replays the bursty trace
 //! through vmirq-policy; [`report`] renders; [`runner`] ties it together. [`guest`] is the
 //! `--guest` mode: fio inside a real Linux guest against the same targets (vmirq-guest).
+//! [`net`] is the `--net` mode: vmirq-netload's virtio-net client against `vmirq serve-net`,
+//! DPDK testpmd's vhost PMD and Open vSwitch with DPDK (packets/s, Gbit/s, RTT p50/p99,
+//! interrupts and CPU per packet, ratios to testpmd from the same run).
 
 pub mod client;
 pub mod cpu;
@@ -25,6 +28,7 @@ pub mod guest;
 pub mod knob;
 pub mod kvm;
 pub mod machine;
+pub mod net;
 pub mod plan;
 pub mod progress;
 pub mod report;

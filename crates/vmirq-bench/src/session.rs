@@ -8,6 +8,7 @@ use crate::machine::{git_revision, Machine};
 use crate::plan::{Plan, Preset};
 use crate::report::{Document, RunInfo};
 use crate::runner::{run_plan, Progress};
+
 use crate::target::{find_on_path, DiskFile, Setup, TargetSpec};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -151,5 +152,43 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Document> {
         knob_series,
         notices,
         kvm,
+        net: None,
     })
+}
+
+/// Run the network workloads (`vmirq bench --net`): a document with no block cells and
+/// its `net` section.
+#[must_use]
+pub fn run_net(
+    opts: &crate::net::NetOptions,
+    setup: &crate::net::target::NetSetup,
+    command: &str,
+    progress: &dyn Progress,
+) -> Document {
+    let started = Instant::now();
+    let machine = Machine::describe(None);
+    let net = crate::net::run(opts, setup, progress);
+    Document {
+        revision: git_revision(),
+        machine,
+        run: RunInfo {
+            preset: net.preset.clone(),
+            command: command.to_owned(),
+            repetitions: net.repetitions,
+            warmup_ms: net.warmup_ms,
+            measure_ms: net.measure_ms,
+            placement: setup.placement,
+            seed: 0,
+            targets: net.targets.clone(),
+            wall_s: started.elapsed().as_secs_f64(),
+            finished_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        },
+        cells: Vec::new(),
+        knob_series: Vec::new(),
+        notices: Vec::new(),
+        kvm: crate::kvm::KvmSection::skipped("network run (--net)"),
+        net: Some(net),
+    }
 }

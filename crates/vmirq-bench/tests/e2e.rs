@@ -3,43 +3,16 @@
 //! printed skip); `vmirq serve` runs if the `vmirq` binary has been built (VMIRQ_BIN, or
 //! target/<profile>/vmirq next to this test), else a printed skip.
 
+mod common;
+
+use common::{skipped, vmirq_bin, Quiet};
 use std::path::PathBuf;
 use vmirq_bench::cpu::Placement;
 use vmirq_bench::plan::Preset;
-use vmirq_bench::runner::Progress;
 use vmirq_bench::session::{self, Options};
-
-struct Quiet;
 
 /// The two tests share the machine's CPUs: run them one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-impl Progress for Quiet {
-    fn begin(&self, _runs: u64) {}
-    fn start(&self, _label: &str) {}
-    fn finish(&self) {}
-    fn notice(&self, text: &str) {
-        eprintln!("notice: {text}");
-    }
-}
-
-/// The `vmirq` binary: $VMIRQ_BIN, or one built in this test's target directory (debug or
-/// release).
-fn vmirq_bin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("VMIRQ_BIN") {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?; // target/<profile>/deps/e2e-* -> target/<profile>
-    let target_dir = profile_dir.parent()?;
-    [
-        profile_dir.join("vmirq"),
-        target_dir.join("debug/vmirq"),
-        target_dir.join("release/vmirq"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-}
 
 fn options(no_vmirq: bool, exe: PathBuf) -> Options {
     // The KVM section runs with the bare/peer matrix only (once per test run).
@@ -114,14 +87,6 @@ fn check_kvm_section(kvm: &serde_json::Value) {
         }
         other => panic!("kvm section status {other:?}"),
     }
-}
-
-/// Report what could not be checked here. Straight to stderr: the test harness hides
-/// `eprintln!` output of passing tests, which would make the skip silent.
-fn skipped(what: &str) {
-    use std::io::Write;
-    // Nothing useful can be done if stderr itself fails.
-    let _ = writeln!(std::io::stderr(), "SKIPPED {what}");
 }
 
 fn cell<'a>(json: &'a serde_json::Value, target: &str, qd: u64) -> &'a serde_json::Value {

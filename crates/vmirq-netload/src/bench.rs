@@ -150,6 +150,11 @@ const METRICS: &[Metric] = &[
         get: |r| Some(r.cpu_ns_per_packet),
     },
     Metric {
+        name: "backend CPU/packet",
+        unit: "(ns)",
+        get: |r| r.backend_cpu_ns_per_packet,
+    },
+    Metric {
         name: "machine busy",
         unit: "(%)",
         get: |r| r.machine_busy.map(|b| b * 100.0),
@@ -289,6 +294,7 @@ pub fn bench(
             let run_cfg = RunConfig {
                 workload: cfg.workload,
                 mode,
+                backend_pid: cfg.run.backend_pid.or(pmd.as_ref().and_then(TestPmd::pid)),
                 ..cfg.run.clone()
             };
             let report = run::run(&mut ports, &run_cfg).map_err(|source| BenchError::Run {

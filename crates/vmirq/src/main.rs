@@ -16,7 +16,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Benchmark vmirq serve policies against qemu-storage-daemon and bare io_uring.
+    /// Benchmark vmirq serve policies against qemu-storage-daemon and bare io_uring (with
+    /// --net: vmirq serve-net against DPDK testpmd and Open vSwitch).
     Bench(cmd::bench::Args),
     /// Measure wakeups, exits, halt polling and a moderated device on the real KVM.
     Kvm(cmd::kvm::Args),

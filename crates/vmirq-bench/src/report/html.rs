@@ -107,9 +107,15 @@ fn results_section(page: &mut Page, doc: &Document) {
 pub fn render(doc: &Document) -> String {
     let mut page = Page::new("vmirq bench");
     header(&mut page, doc);
-    headline_section(&mut page, doc);
-    plot_sections(&mut page, doc);
-    results_section(&mut page, doc);
+    // A network-only run (`--net`) has no block cells: only its own section.
+    if !doc.cells.is_empty() || doc.net.is_none() {
+        headline_section(&mut page, doc);
+        plot_sections(&mut page, doc);
+        results_section(&mut page, doc);
+    }
+    if let Some(net) = &doc.net {
+        crate::net::report::render_html(net, &mut page);
+    }
     page.finish()
 }
 
@@ -184,6 +190,7 @@ mod tests {
             knob_series: vec![knob],
             notices: vec!["vmirq:vic bursty: failed <boom>".into()],
             kvm: crate::kvm::KvmSection::skipped("no <kvm> here"),
+            net: None,
         }
     }
 
@@ -294,7 +301,16 @@ mod tests {
                 let page = render(&doc);
                 vmirq_report::check::page(&page)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                assert!(page.contains("<h2 id=\"headline\""));
+                if doc.net.is_some() && doc.cells.is_empty() {
+                    // A network run (`--net`): its own section instead of the block headline.
+                    assert!(
+                        page.contains("Network: vmirq serve-net"),
+                        "{}",
+                        path.display()
+                    );
+                } else {
+                    assert!(page.contains("<h2 id=\"headline\""));
+                }
                 seen += 1;
             }
         }

@@ -5,6 +5,13 @@
 //! qemu-storage-daemon with no options, per job (`iops_ratio`, `p50_ratio`, `p99_ratio`,
 //! `cpu_ratio`, notifications per I/O of both) with `iops_ratio_geomean`, `iops_ratio_min` and
 //! `cpu_ratio_median`; and
+//! `net` (null for a block run; `vmirq bench --net`): `cells`, each with `target`, `job`,
+//! `client_mode`, `frame_len`, `pps`, `gbit_s`, `interrupts_per_packet`,
+//! `cpu_ns_per_packet` (each `{median, min, max}`), `rtt_p50_ns`/`rtt_p99_ns` (ping-pong
+//! jobs), `lost`, and `vs_peer` (ratios to testpmd's cell of the same job: `pps`,
+//! `rtt_p50`, `rtt_p99`, `interrupts_per_packet`, `cpu_ns_per_packet`, each `{median, min,
+//! max}` or null where undefined), and `versus` (per target over every job: `pps_geomean`,
+//! `pps` spread, `cpu_median`); and
 //! `kvm`, an object with `status` (`ran`, `skipped`, `failed`), `reason` when not run, and
 //! `wake`, the `vmirq kvm wake --json` object, when run.
 
@@ -58,6 +65,10 @@ pub struct Document {
     /// before the section existed read back as skipped).
     #[serde(default)]
     pub kvm: crate::kvm::KvmSection,
+    /// Network workloads (`vmirq bench --net`): serve-net against testpmd's vhost PMD and
+    /// Open vSwitch; absent for a block run.
+    #[serde(default)]
+    pub net: Option<crate::net::NetSection>,
 }
 
 /// What is written: the document plus the headline derived from its cells.

@@ -9,5 +9,6 @@ mod spec;
 
 pub use counters::{BackendCounters, BackendPerIo};
 pub use disk::DiskFile;
+pub(crate) use process::pin_child;
 pub use process::{find_on_path, Running, Setup};
 pub use spec::TargetSpec;

@@ -214,7 +214,7 @@ fn vmirq_command(setup: &Setup, socket: &Path, spec: &TargetSpec) -> Command {
 }
 
 /// Pin the child (all its future threads inherit) to `cpu` before it executes.
-fn pin_child(cmd: &mut Command, cpu: Option<usize>) {
+pub(crate) fn pin_child(cmd: &mut Command, cpu: Option<usize>) {
     let Some(cpu) = cpu else { return };
     // SAFETY: cpu_set_t is a plain bit array for which all-zero is a valid (empty) value.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

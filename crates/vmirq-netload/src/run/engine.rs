@@ -486,6 +486,7 @@ impl<'a> Engine<'a> {
             wakeups: self.wakeups,
             timer_wakeups: self.timer_wakeups,
             machine_ticks: os::machine_ticks(),
+            backend_cpu_ns: self.cfg.backend_pid.and_then(os::process_cpu_ns),
             ..Snapshot::default()
         };
         for p in self.ports.iter_mut() {

@@ -119,6 +119,9 @@ pub struct RunConfig {
     /// At most this many bulk frames sent and not yet received (a receive window, as TCP
     /// keeps); `None`: unlimited, the peer drops what the receiver has no buffers for.
     pub bulk_window: Option<u64>,
+    /// The backend's process: its CPU time (all threads) is sampled at the window's edges,
+    /// giving backend CPU per packet; `None` when the backend is not a process of its own.
+    pub backend_pid: Option<u32>,
     /// Send the bulk stream from a thread of its own ([`wire`]: another host on the wire)
     /// pinned to this CPU (`Some(None)`: unpinned), so that the client thread only receives
     /// it; `None`: the client thread sends it. `stream` or `mix`; in the mix on two ports
@@ -140,6 +143,7 @@ impl RunConfig {
             verify_payload: true,
             cpu: None,
             bulk_window: None,
+            backend_pid: None,
             wire_sender: None,
         }
     }

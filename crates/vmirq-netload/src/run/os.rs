@@ -66,6 +66,21 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
     Some((total.saturating_sub(idle), total))
 }
 
+/// CPU time of every thread of process `pid` so far, in nanoseconds (the first field of
+/// each `/proc/PID/task/TID/schedstat`); `None` when the process is gone.
+#[must_use]
+pub fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0u64;
+    for entry in dir.flatten() {
+        let ns = std::fs::read_to_string(entry.path().join("schedstat"))
+            .ok()
+            .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok());
+        total = total.saturating_add(ns.unwrap_or(0));
+    }
+    Some(total)
+}
+
 /// Make the calling thread's timed sleeps precise (the default slack is 50 us, longer than
 /// the gaps a paced sender sleeps for).
 pub fn precise_timers() {
@@ -106,6 +121,13 @@ mod tests {
     fn machine_ticks_are_consistent() {
         let (busy, total) = machine_ticks().expect("/proc/stat");
         assert!(busy <= total && total > 0);
+    }
+
+    #[test]
+    fn process_cpu_time_counts_this_process() {
+        let ns = process_cpu_ns(std::process::id()).expect("own process");
+        assert!(ns > 0);
+        assert!(process_cpu_ns(u32::MAX).is_none());
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub struct Snapshot {
     pub timer_wakeups: u64,
     /// Whole-machine (busy, total) CPU ticks.
     pub machine_ticks: Option<(u64, u64)>,
+    /// CPU time of the backend process (all threads), if its pid was given.
+    pub backend_cpu_ns: Option<u64>,
     /// Device signals (RX and TX call eventfds) of each port, in port order.
     pub port_calls: Vec<u64>,
 }
@@ -175,6 +177,8 @@ pub struct Report {
     pub cpu_ns_per_packet: f64,
     /// Client CPU time over wall time.
     pub client_cpu_util: f64,
+    /// Backend process CPU per received packet (all its threads), if its pid was given.
+    pub backend_cpu_ns_per_packet: Option<f64>,
     /// Busy share of all the machine's CPUs during the window (a polling peer keeps one
     /// busy; more than peer plus client is other work: noise).
     pub machine_busy: Option<f64>,
@@ -321,6 +325,10 @@ impl Report {
             client_cpu_ns: cpu,
             cpu_ns_per_packet: per(cpu, packets),
             client_cpu_util: per(cpu, ns),
+            backend_cpu_ns_per_packet: a
+                .backend_cpu_ns
+                .zip(b.backend_cpu_ns)
+                .map(|(c0, c1)| per(c1.saturating_sub(c0), packets)),
             machine_busy: a
                 .machine_ticks
                 .zip(b.machine_ticks)

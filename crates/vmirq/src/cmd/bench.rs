@@ -1,6 +1,7 @@
 //! `vmirq bench`: side-by-side benchmark of `vmirq serve` policies, qemu-storage-daemon and
 //! bare io_uring, driven by libblkio (library `vmirq-bench`), or with `--guest` by fio in a
-//! real Linux guest. This module only maps options.
+//! real Linux guest, or with `--net` the network workloads (vmirq-netload against serve-net,
+//! testpmd and Open vSwitch). This module only maps options.
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
@@ -55,7 +56,7 @@ pub struct Args {
     #[arg(
         long,
         value_name = "FILE",
-        conflicts_with_all = ["quick", "full", "targets", "reps", "measure_ms", "no_peer", "no_kvm", "json", "guest"]
+        conflicts_with_all = ["quick", "full", "targets", "reps", "measure_ms", "no_peer", "no_kvm", "json", "guest", "net"]
     )]
     from_json: Option<PathBuf>,
     /// Run fio inside a real Linux guest (QEMU, KVM if it can run one, else TCG) against
@@ -64,6 +65,52 @@ pub struct Args {
     /// `--reps`, `--measure-ms` (per fio job), `--no-peer` and `--json` apply).
     #[arg(long, conflicts_with = "full")]
     guest: bool,
+    /// Network workloads instead of the block matrix: `vmirq serve-net` (its defaults, `dim`
+    /// and its polling data path) against DPDK testpmd's vhost PMD (and Open vSwitch with
+    /// DPDK where it runs), driven by vmirq-netload's client: poll-mode streams of 64, 1514
+    /// and 9014-byte frames, an interrupt-driven request/response ping-pong and an
+    /// interrupt-driven stream.
+    /// `--quick`, `--target` (testpmd, ovs, vmirq[:MODERATION][+pmd]), `--reps`,
+    /// `--measure-ms`, `--placement`, `--no-peer`, `--json` and `--html` apply.
+    #[arg(long, conflicts_with_all = ["full", "guest"])]
+    net: bool,
+}
+
+/// `vmirq bench --net`.
+fn measure_net(args: &Args) -> anyhow::Result<Document> {
+    use vmirq_bench::net::{plan::NetPreset, target::NetSetup, NetOptions};
+    let targets = args
+        .targets
+        .as_ref()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| t.parse())
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .transpose()
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let opts = NetOptions {
+        preset: if args.quick {
+            NetPreset::Quick
+        } else {
+            NetPreset::Default
+        },
+        targets,
+        repetitions: args.reps,
+        measure: args.measure_ms.map(Duration::from_millis),
+        no_peer: args.no_peer,
+    };
+    let dir = std::env::temp_dir().join(format!("vmirq-bench-net-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).context("creating a directory for the sockets")?;
+    let setup = NetSetup {
+        vmirq_exe: std::env::current_exe().context("locating the vmirq executable")?,
+        dir: dir.clone(),
+        placement: Placement::parse(&args.placement).unwrap_or(Placement::Split),
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let doc = session::run_net(&opts, &setup, &command, &vmirq_bench::progress::Bar::new());
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(doc)
 }
 
 /// `vmirq bench --guest`.
@@ -119,6 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("reading {}", path.display()))?;
             Document::from_json(&text).with_context(|| format!("reading {}", path.display()))?
         }
+        None if args.net => measure_net(&args)?,
         None => measure(&args)?,
     };
     report(&args, &doc)
@@ -158,12 +206,19 @@ fn measure(args: &Args) -> anyhow::Result<Document> {
 
 /// Print the table and summary; write the JSON and HTML files asked for.
 fn report(args: &Args, doc: &Document) -> anyhow::Result<ExitCode> {
-    println!("{}", table::render(&doc.cells));
-    print!("{}", summary::render(&doc.cells));
-    print!("{}", vmirq_bench::kvm::render_text(&doc.kvm));
+    if !doc.cells.is_empty() || doc.net.is_none() {
+        println!("{}", table::render(&doc.cells));
+        print!("{}", summary::render(&doc.cells));
+        print!("{}", vmirq_bench::kvm::render_text(&doc.kvm));
+    }
+    let net_cells = doc.net.as_ref().map_or(&[][..], |n| &n.cells[..]);
+    if let Some(net) = &doc.net {
+        print!("{}", vmirq_bench::net::report::render_text(net));
+    }
     println!(
         "{} runs in {:.0} s on {}",
-        doc.cells.iter().map(|c| c.runs.len()).sum::<usize>(),
+        doc.cells.iter().map(|c| c.runs.len()).sum::<usize>()
+            + net_cells.iter().map(|c| c.runs.len()).sum::<usize>(),
         doc.run.wall_s,
         doc.machine.summary()
     );
@@ -177,7 +232,8 @@ fn report(args: &Args, doc: &Document) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", path.display()))?;
         println!("HTML: {}", path.display());
     }
-    let failed = doc.cells.iter().filter(|c| c.repetitions == 0).count();
+    let failed = doc.cells.iter().filter(|c| c.repetitions == 0).count()
+        + net_cells.iter().filter(|c| c.repetitions == 0).count();
     if failed > 0 {
         eprintln!("{failed} cells failed every repetition (see notices above)");
         return Ok(ExitCode::FAILURE);
