@@ -16,7 +16,7 @@ use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
-use vmirq_vhost::chain::{walk_chain, DescTable};
+use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
 /// What happened to a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +137,16 @@ pub fn deliver(
     s: &mut RxScratch,
 ) -> RxOutcome {
     let mut used = std::mem::take(&mut s.pending);
-    let out = stage(q, mem, FrameSrc::Bytes(frame), mrg_rxbuf, s, &mut used);
+    let table = rx_table(q, mem);
+    let out = stage(
+        q,
+        mem,
+        &table,
+        FrameSrc::Bytes(frame),
+        mrg_rxbuf,
+        s,
+        &mut used,
+    );
     let published = used.is_empty() || used.publish(q, mem).is_ok();
     s.pending = used;
     if published {
@@ -147,13 +156,30 @@ pub fn deliver(
     }
 }
 
+/// `q`'s descriptor table translated into host memory (for [`stage`]; valid while the
+/// caller holds the queue's vring lock).
+#[must_use]
+pub fn rx_table<'a>(q: &Queue, mem: &'a GuestMemoryMmap) -> TableView<'a> {
+    TableView::new(mem, desc_table(q))
+}
+
+fn desc_table(q: &Queue) -> DescTable {
+    DescTable {
+        addr: GuestAddress(q.desc_table()),
+        size: q.size(),
+        indirect: false,
+    }
+}
+
 /// Write a frame into `q`'s receive buffers and add their used entries to `used` (the
 /// caller publishes them, several frames' worth at once, with [`UsedBatch::publish`]: a
 /// merged frame is never visible in part). Chains of a bad receive chain go into `used`
-/// with length 0.
+/// with length 0. `table`: [`rx_table`] of `q`, made once for many frames (one made for
+/// another table is not used).
 pub fn stage(
     q: &mut Queue,
     mem: &GuestMemoryMmap,
+    table: &TableView<'_>,
     frame: FrameSrc<'_>,
     mrg_rxbuf: bool,
     s: &mut RxScratch,
@@ -161,6 +187,13 @@ pub fn stage(
 ) -> RxOutcome {
     s.segs.clear();
     s.heads.clear();
+    let fresh;
+    let table = if table.table() == desc_table(q) {
+        table
+    } else {
+        fresh = rx_table(q, mem);
+        &fresh
+    };
     let need = u64::try_from(HDR_LEN + frame.len()).unwrap_or(u64::MAX);
     let start = q.next_avail();
     let mut room = 0u64;
@@ -182,12 +215,7 @@ pub fn stage(
         let head = chain.head_index();
         s.heads.push(head);
         let mut chain_room = 0u64;
-        let table = DescTable {
-            addr: GuestAddress(q.desc_table()),
-            size: q.size(),
-            indirect: false,
-        };
-        let mut bad = walk_chain(mem, table, head, &mut s.descs).is_err();
+        let mut bad = walk_chain_in(mem, table, head, &mut s.descs).is_err();
         for d in &s.descs {
             if bad || !d.is_write_only() {
                 bad = true;

@@ -11,7 +11,7 @@
 use crate::virtio::{check_tx_hdr, TxHdrError, ETH_HDR_LEN, FRAME_LEN_MAX, HDR_LEN};
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestMemoryBackend, GuestMemoryMmap};
-use vmirq_vhost::chain::{walk_chain, DescTable, Violation};
+use vmirq_vhost::chain::{walk_chain, walk_chain_in, DescTable, TableView, Violation};
 
 /// Why a transmitted chain is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -81,18 +81,19 @@ pub const PREFIX_LEN: usize = HDR_LEN + ETH_HDR_LEN;
 /// and inside guest memory, the length bounds, the net header), the chain's descriptors
 /// left in `descs` and its first [`PREFIX_LEN`] bytes (net header, Ethernet header) copied
 /// into `prefix`. Returns the frame's length (net header excluded). The frame's bytes are
-/// copied later, straight into a receive queue ([`crate::rx::FrameSrc::Guest`]).
+/// copied later, straight into a receive queue ([`crate::rx::FrameSrc::Guest`]). `table`: the
+/// queue's descriptor table, translated once for a burst of chains.
 ///
 /// # Errors
 /// [`TxError`].
 pub fn scan_chain(
     mem: &GuestMemoryMmap,
-    table: DescTable,
+    table: &TableView<'_>,
     head: u16,
     descs: &mut Vec<Descriptor>,
     prefix: &mut [u8; PREFIX_LEN],
 ) -> Result<usize, TxError> {
-    walk_chain(mem, table, head, descs)?;
+    walk_chain_in(mem, table, head, descs)?;
     let limit = HDR_LEN + FRAME_LEN_MAX;
     let mut total = 0usize;
     for desc in descs.iter() {

@@ -20,7 +20,7 @@ use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
-use crate::rx::{arm_refill_kick, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
+use crate::rx::{arm_refill_kick, rx_table, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
 use crate::switch::Route;
 use crate::tx::{gather_frame, scan_chain, TxError, PREFIX_LEN};
 use crate::virtio::HDR_LEN;
@@ -31,7 +31,7 @@ use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
-use vmirq_vhost::chain::DescTable;
+use vmirq_vhost::chain::{DescTable, TableView};
 use vmirq_vhost::notify::Submissions;
 use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
@@ -135,11 +135,15 @@ impl Fabric {
         b.descs.clear();
         b.broken = false;
         let q = tx.state.get_queue_mut();
-        let table = DescTable {
-            addr: GuestAddress(q.desc_table()),
-            size: q.size(),
-            indirect: false,
-        };
+        // The descriptor table translated once for the burst (the TX vring lock is held).
+        let table = TableView::new(
+            mem,
+            DescTable {
+                addr: GuestAddress(q.desc_table()),
+                size: q.size(),
+                indirect: false,
+            },
+        );
         // One look at the available index per burst.
         let mut avail = match q.iter(mem) {
             Ok(it) => it,
@@ -156,7 +160,7 @@ impl Fabric {
             };
             let head = chain.head_index();
             let mut prefix = [0u8; PREFIX_LEN];
-            let scanned = scan_chain(mem, table, head, &mut b.one, &mut prefix);
+            let scanned = scan_chain(mem, &table, head, &mut b.one, &mut prefix);
             let at = b.descs.len();
             b.descs.extend_from_slice(&b.one);
             let route = match scanned {
@@ -256,6 +260,8 @@ impl Fabric {
             return None;
         }
         let mrg = a.mrg_rxbuf();
+        // The receive descriptor table translated once for the run (its vring lock is held).
+        let table = rx_table(rx.get_queue(), &mem);
         let mut ctl = lock(&a.rx_ctl);
         b.metas.clear();
         let mut end = RunEnd {
@@ -277,7 +283,7 @@ impl Fabric {
                 len: t.len,
             };
             let q = rx.get_queue_mut();
-            let mut out = stage(q, &mem, frame, mrg, &mut b.rx, &mut b.used);
+            let mut out = stage(q, &mem, &table, frame, mrg, &mut b.rx, &mut b.used);
             if out == RxOutcome::NoRoom {
                 // Mark before arming, so that a refill after the arm finds the mark; then
                 // always look once more (buffers added between the failed staging and the
@@ -290,7 +296,8 @@ impl Fabric {
                     if !arrived && attempt > 1 {
                         break;
                     }
-                    out = stage(rx.get_queue_mut(), &mem, frame, mrg, &mut b.rx, &mut b.used);
+                    let q = rx.get_queue_mut();
+                    out = stage(q, &mem, &table, frame, mrg, &mut b.rx, &mut b.used);
                     if out != RxOutcome::NoRoom {
                         break;
                     }
