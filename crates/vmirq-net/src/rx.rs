@@ -10,10 +10,11 @@
 //! chains put back, frame dropped); or a chain is bad (every chain taken for the frame is
 //! returned with length 0 and the frame dropped).
 
+use crate::rings::AvailView;
 use crate::virtio::{rx_hdr, HDR_LEN};
 use std::sync::atomic::{fence, Ordering};
 use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
+use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
 use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
@@ -137,7 +138,7 @@ pub fn deliver(
     s: &mut RxScratch,
 ) -> RxOutcome {
     let mut used = std::mem::take(&mut s.pending);
-    let table = rx_table(q, mem);
+    let table = rx_rings(q, mem);
     let out = stage(
         q,
         mem,
@@ -156,11 +157,22 @@ pub fn deliver(
     }
 }
 
-/// `q`'s descriptor table translated into host memory (for [`stage`]; valid while the
-/// caller holds the queue's vring lock).
+/// A receive queue's descriptor table and available ring translated into host memory
+/// once for many frames ([`rx_rings`], [`stage`]; valid while the caller holds the
+/// queue's vring lock).
+#[derive(Clone, Copy)]
+pub struct RxRings<'a> {
+    table: TableView<'a>,
+    avail: AvailView<'a>,
+}
+
+/// Translate `q`'s rings (see [`RxRings`]).
 #[must_use]
-pub fn rx_table<'a>(q: &Queue, mem: &'a GuestMemoryMmap) -> TableView<'a> {
-    TableView::new(mem, desc_table(q))
+pub fn rx_rings<'a>(q: &Queue, mem: &'a GuestMemoryMmap) -> RxRings<'a> {
+    RxRings {
+        table: TableView::new(mem, desc_table(q)),
+        avail: AvailView::new(q, mem),
+    }
 }
 
 fn desc_table(q: &Queue) -> DescTable {
@@ -174,12 +186,12 @@ fn desc_table(q: &Queue) -> DescTable {
 /// Write a frame into `q`'s receive buffers and add their used entries to `used` (the
 /// caller publishes them, several frames' worth at once, with [`UsedBatch::publish`]: a
 /// merged frame is never visible in part). Chains of a bad receive chain go into `used`
-/// with length 0. `table`: [`rx_table`] of `q`, made once for many frames (one made for
-/// another table is not used).
+/// with length 0. `rings`: [`rx_rings`] of `q`, made once for many frames (one made for
+/// other rings is not used).
 pub fn stage(
     q: &mut Queue,
     mem: &GuestMemoryMmap,
-    table: &TableView<'_>,
+    rings: &RxRings<'_>,
     frame: FrameSrc<'_>,
     mrg_rxbuf: bool,
     s: &mut RxScratch,
@@ -188,10 +200,11 @@ pub fn stage(
     s.segs.clear();
     s.heads.clear();
     let fresh;
-    let table = if table.table() == desc_table(q) {
-        table
+    let RxRings { table, avail } = if rings.table.table() == desc_table(q) && rings.avail.is_for(q)
+    {
+        rings
     } else {
-        fresh = rx_table(q, mem);
+        fresh = rx_rings(q, mem);
         &fresh
     };
     let need = u64::try_from(HDR_LEN + frame.len()).unwrap_or(u64::MAX);
@@ -203,16 +216,15 @@ pub fn stage(
             q.set_next_avail(start);
             return RxOutcome::TooBig;
         }
-        let chain = match q.iter(mem) {
-            Ok(mut it) => it.next(),
+        let head = match avail.pop(q, mem) {
+            Ok(Some(head)) => head,
+            Ok(None) => {
+                q.set_next_avail(start);
+                return RxOutcome::NoRoom;
+            }
             Err(_) => return RxOutcome::Broken,
         };
-        let Some(chain) = chain else {
-            q.set_next_avail(start);
-            return RxOutcome::NoRoom;
-        };
         let index = s.heads.len();
-        let head = chain.head_index();
         s.heads.push(head);
         let mut chain_room = 0u64;
         let mut bad = walk_chain_in(mem, table, head, &mut s.descs).is_err();

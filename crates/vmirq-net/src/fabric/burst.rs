@@ -20,7 +20,8 @@ use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
-use crate::rx::{arm_refill_kick, rx_table, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
+use crate::rings::AvailView;
+use crate::rx::{arm_refill_kick, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
 use crate::switch::Route;
 use crate::tx::{gather_frame, scan_chain, TxError, PREFIX_LEN};
 use crate::virtio::HDR_LEN;
@@ -28,7 +29,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use vhost_user_backend::VringT;
 use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{QueueOwnedT, QueueT};
+use virtio_queue::QueueT;
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::{DescTable, TableView};
@@ -144,21 +145,20 @@ impl Fabric {
                 indirect: false,
             },
         );
-        // One look at the available index per burst.
-        let mut avail = match q.iter(mem) {
-            Ok(it) => it,
-            Err(e) => {
-                tracing::warn!(port = src, error = %e, "transmit queue broken");
-                PortCounters::add(&self.slots[src].counters.queue_broken, 1);
-                b.broken = true;
-                return;
-            }
-        };
+        // The available ring translated once for the burst too.
+        let avail = AvailView::new(q, mem);
         for _ in 0..limit {
-            let Some(chain) = avail.next() else {
-                break;
+            let head = match avail.pop(q, mem) {
+                Ok(Some(head)) => head,
+                Ok(None) => break,
+                Err(e) => {
+                    // The chains taken so far are valid and go on; the queue stops after.
+                    tracing::warn!(port = src, error = %e, "transmit queue broken");
+                    PortCounters::add(&self.slots[src].counters.queue_broken, 1);
+                    b.broken = true;
+                    break;
+                }
             };
-            let head = chain.head_index();
             let mut prefix = [0u8; PREFIX_LEN];
             let scanned = scan_chain(mem, &table, head, &mut b.one, &mut prefix);
             let at = b.descs.len();
@@ -260,8 +260,8 @@ impl Fabric {
             return None;
         }
         let mrg = a.mrg_rxbuf();
-        // The receive descriptor table translated once for the run (its vring lock is held).
-        let table = rx_table(rx.get_queue(), &mem);
+        // The receive descriptor table and available ring translated once for the run (its vring lock is held).
+        let table = rx_rings(rx.get_queue(), &mem);
         let mut ctl = lock(&a.rx_ctl);
         b.metas.clear();
         let mut end = RunEnd {
