@@ -10,13 +10,14 @@
 //! chains put back, frame dropped); or a chain is bad (every chain taken for the frame is
 //! returned with length 0 and the frame dropped).
 
+use crate::regions::RegionCache;
 use crate::rings::AvailView;
 use crate::virtio::{rx_hdr, HDR_LEN};
 use std::sync::atomic::{fence, Ordering};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
 use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
 /// What happened to a frame.
@@ -61,7 +62,7 @@ const SMALL_LEN: usize = 256;
 
 /// Where a frame's bytes come from.
 #[derive(Debug, Clone, Copy)]
-pub enum FrameSrc<'a> {
+pub enum FrameSrc<'a, 'm> {
     /// Bytes of this process.
     Bytes(&'a [u8]),
     /// A transmit chain in another frontend's memory, copied from there straight into the
@@ -71,8 +72,8 @@ pub enum FrameSrc<'a> {
     /// ([`crate::tx::scan_chain`]); a copy that fails anyway (the memory changed) makes the
     /// receive chains go back unused.
     Guest {
-        /// The source frontend's memory.
-        mem: &'a GuestMemoryMmap,
+        /// The source frontend's memory (with its last used region).
+        mem: &'a RegionCache<'m>,
         /// The transmit chain's descriptors.
         descs: &'a [Descriptor],
         /// The routed Ethernet header.
@@ -84,7 +85,7 @@ pub enum FrameSrc<'a> {
     },
 }
 
-impl FrameSrc<'_> {
+impl FrameSrc<'_, '_> {
     fn len(&self) -> usize {
         match self {
             Self::Bytes(b) => b.len(),
@@ -160,10 +161,11 @@ pub fn deliver(
 /// A receive queue's descriptor table and available ring translated into host memory
 /// once for many frames ([`rx_rings`], [`stage`]; valid while the caller holds the
 /// queue's vring lock).
-#[derive(Clone, Copy)]
 pub struct RxRings<'a> {
     table: TableView<'a>,
     avail: AvailView<'a>,
+    /// The memory with its last used region (receive buffers).
+    to: RegionCache<'a>,
 }
 
 /// Translate `q`'s rings (see [`RxRings`]).
@@ -172,6 +174,7 @@ pub fn rx_rings<'a>(q: &Queue, mem: &'a GuestMemoryMmap) -> RxRings<'a> {
     RxRings {
         table: TableView::new(mem, desc_table(q)),
         avail: AvailView::new(q, mem),
+        to: RegionCache::new(mem),
     }
 }
 
@@ -188,11 +191,11 @@ fn desc_table(q: &Queue) -> DescTable {
 /// merged frame is never visible in part). Chains of a bad receive chain go into `used`
 /// with length 0. `rings`: [`rx_rings`] of `q`, made once for many frames (one made for
 /// other rings is not used).
-pub fn stage(
+pub fn stage<'a>(
     q: &mut Queue,
-    mem: &GuestMemoryMmap,
-    rings: &RxRings<'_>,
-    frame: FrameSrc<'_>,
+    mem: &'a GuestMemoryMmap,
+    rings: &RxRings<'a>,
+    frame: FrameSrc<'_, '_>,
     mrg_rxbuf: bool,
     s: &mut RxScratch,
     used: &mut UsedBatch,
@@ -200,13 +203,13 @@ pub fn stage(
     s.segs.clear();
     s.heads.clear();
     let fresh;
-    let RxRings { table, avail } = if rings.table.table() == desc_table(q) && rings.avail.is_for(q)
-    {
-        rings
-    } else {
-        fresh = rx_rings(q, mem);
-        &fresh
-    };
+    let RxRings { table, avail, to } =
+        if rings.table.table() == desc_table(q) && rings.avail.is_for(q) {
+            rings
+        } else {
+            fresh = rx_rings(q, mem);
+            &fresh
+        };
     let need = u64::try_from(HDR_LEN + frame.len()).unwrap_or(u64::MAX);
     let start = q.next_avail();
     let mut room = 0u64;
@@ -267,21 +270,21 @@ pub fn stage(
         [&hdr[..], local, &[]]
     };
     let written = match frame {
-        FrameSrc::Bytes(_) => write_local(mem, &s.segs, parts, &mut s.used),
+        FrameSrc::Bytes(_) => write_local(to, &s.segs, parts, &mut s.used),
         FrameSrc::Guest {
             mem: from,
             descs,
             head,
             skip,
             len,
-        } => write_local(mem, &s.segs, parts, &mut s.used).and_then(|at| {
+        } => write_local(to, &s.segs, parts, &mut s.used).and_then(|at| {
             let rest = len.saturating_sub(head.len());
             copy_guest(
                 from,
                 descs,
                 skip,
                 rest,
-                mem,
+                to,
                 &s.segs,
                 at,
                 &mut s.used,
@@ -308,7 +311,7 @@ struct SegPos {
 /// Write `parts` (in order) into `segs` from their start; returns where they ended, `None`
 /// when a write fails. `used` gets each chain's bytes.
 fn write_local(
-    mem: &GuestMemoryMmap,
+    mem: &RegionCache<'_>,
     segs: &[Seg],
     parts: [&[u8]; 3],
     used: &mut [u32],
@@ -332,7 +335,10 @@ fn write_local(
             break;
         };
         let at = seg.addr.checked_add(pos.off as u64)?;
-        mem.write_slice(piece, at).ok()?;
+        match mem.get_slice(at, piece.len()) {
+            Some(slice) => slice.copy_from(piece),
+            None => mem.mem().write_slice(piece, at).ok()?,
+        }
         pos.off += piece.len();
         used[seg.chain] += u32::try_from(piece.len()).unwrap_or(u32::MAX);
     }
@@ -345,11 +351,11 @@ fn write_local(
 /// when a range is outside memory or the segments are too short.
 #[allow(clippy::too_many_arguments)]
 fn copy_guest(
-    from: &GuestMemoryMmap,
+    from: &RegionCache<'_>,
     descs: &[Descriptor],
     mut skip: usize,
     mut len: usize,
-    to: &GuestMemoryMmap,
+    to: &RegionCache<'_>,
     segs: &[Seg],
     mut pos: SegPos,
     used: &mut [u32],
@@ -391,20 +397,20 @@ fn copy_guest(
 
 /// Copy `n` bytes between two guests' memories (bounds checked by vm-memory either way).
 fn copy_piece(
-    from: &GuestMemoryMmap,
+    from: &RegionCache<'_>,
     src: GuestAddress,
-    to: &GuestMemoryMmap,
+    to: &RegionCache<'_>,
     dst: GuestAddress,
     n: usize,
     bounce: &mut Vec<u8>,
 ) -> Option<()> {
-    if let (Ok(s), Ok(d)) = (from.get_slice(src, n), to.get_slice(dst, n)) {
+    if let (Some(s), Some(d)) = (from.get_slice(src, n), to.get_slice(dst, n)) {
         s.copy_to_volatile_slice(d);
         return Some(());
     }
     bounce.resize(n, 0);
-    from.read_slice(bounce, src).ok()?;
-    to.write_slice(bounce, dst).ok()
+    from.mem().read_slice(bounce, src).ok()?;
+    to.mem().write_slice(bounce, dst).ok()
 }
 
 /// Put `heads` (with `lens`) in the used ring and publish them with one index store, so

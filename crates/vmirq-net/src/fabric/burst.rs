@@ -20,6 +20,7 @@ use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
+use crate::regions::RegionCache;
 use crate::rings::AvailView;
 use crate::rx::{arm_refill_kick, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
 use crate::switch::Route;
@@ -90,7 +91,9 @@ impl Fabric {
             b.broken = true; // the frontend truncated its memory (vmirq_vhost::sigbus)
             return 0;
         }
-        self.take(src, tx, mem, b, limit);
+        // The source's memory with its last used region, for the whole burst.
+        let from = RegionCache::new(mem);
+        self.take(src, tx, &from, b, limit);
         if revoked_in(mem).is_some() {
             // The headers read as zeros: forward and complete nothing.
             tx.state.get_queue_mut().set_next_avail(start);
@@ -98,7 +101,7 @@ impl Fabric {
             b.broken = true;
             return 0;
         }
-        let done = self.deliver_all(src, mem, b);
+        let done = self.deliver_all(src, &from, b);
         if revoked_in(mem).is_some() {
             // A frame's body (copied straight into its destination) lay in memory revoked
             // during this burst: complete none of it; what reached a destination was the
@@ -128,13 +131,14 @@ impl Fabric {
         &self,
         src: usize,
         tx: &mut LiveRing<'_>,
-        mem: &GuestMemoryMmap,
+        from: &RegionCache<'_>,
         b: &mut BurstScratch,
         limit: usize,
     ) {
         b.taken.clear();
         b.descs.clear();
         b.broken = false;
+        let mem = from.mem();
         let q = tx.state.get_queue_mut();
         // The descriptor table translated once for the burst (the TX vring lock is held).
         let table = TableView::new(
@@ -160,7 +164,7 @@ impl Fabric {
                 }
             };
             let mut prefix = [0u8; PREFIX_LEN];
-            let scanned = scan_chain(mem, &table, head, &mut b.one, &mut prefix);
+            let scanned = scan_chain(from, &table, head, &mut b.one, &mut prefix);
             let at = b.descs.len();
             b.descs.extend_from_slice(&b.one);
             let route = match scanned {
@@ -180,7 +184,7 @@ impl Fabric {
 
     /// Step 2: deliver in ring order; returns how many chains (from the first) are
     /// consumed.
-    fn deliver_all(&self, src: usize, from: &GuestMemoryMmap, b: &mut BurstScratch) -> usize {
+    fn deliver_all(&self, src: usize, from: &RegionCache<'_>, b: &mut BurstScratch) -> usize {
         let c = &self.slots[src].counters;
         let n = b.taken.len();
         let mut i = 0;
@@ -218,7 +222,7 @@ impl Fabric {
                 // per-frame path, which writes them to the tap.
                 Route::Flood | Route::Port(_) => {
                     let descs = &b.descs[t.descs.clone()];
-                    if gather_frame(from, descs, &mut b.frame).is_err() {
+                    if gather_frame(from.mem(), descs, &mut b.frame).is_err() {
                         // The memory changed under the chain since it was checked.
                         PortCounters::add(&c.tx_no_destination, 1);
                     } else if let Sent::Wait =
@@ -244,7 +248,7 @@ impl Fabric {
         &self,
         src: usize,
         dst: usize,
-        from: &GuestMemoryMmap,
+        from: &RegionCache<'_>,
         run: Range<usize>,
         b: &mut BurstScratch,
     ) -> Option<RunEnd> {
@@ -310,7 +314,7 @@ impl Fabric {
                     PortCounters::add(&c.rx_buffers, u64::from(n));
                     let bytes = u32::try_from(t.len).unwrap_or(u32::MAX);
                     let meta = if ctl.classify {
-                        match gather_frame(from, &b.descs[t.descs.clone()], &mut b.frame) {
+                        match gather_frame(from.mem(), &b.descs[t.descs.clone()], &mut b.frame) {
                             Ok(()) => classify(&b.frame).completion_meta(),
                             Err(_) => CompletionMeta::new(RequestKind::Read, bytes),
                         }
