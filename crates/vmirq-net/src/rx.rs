@@ -17,7 +17,7 @@ use std::sync::atomic::{fence, Ordering};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
 use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
 /// What happened to a frame.
@@ -417,35 +417,54 @@ fn copy_piece(
 /// that the driver never sees the first buffer of a merged packet without the rest
 /// (virtio-queue's `add_used` publishes each entry on its own). Notification decisions for
 /// a queue filled this way use [`UsedWindow`], not the queue's own `needs_notification`.
+/// The ring (index and `size` entries) is translated once when it lies inside one region
+/// (each entry then an offset into that host slice), else written entry by entry.
 ///
 /// # Errors
 /// The used ring lies outside guest memory.
-pub fn publish_used<M: GuestMemory>(
+pub fn publish_used(
     q: &mut Queue,
-    mem: &M,
+    mem: &GuestMemoryMmap,
     heads: &[u16],
     lens: &[u32],
 ) -> Result<(), vm_memory::GuestMemoryError> {
     let size = q.size().max(1);
     let ring = GuestAddress(q.used_ring());
+    let bad = || vm_memory::GuestMemoryError::InvalidGuestAddress(ring);
+    let whole = USED_HDR_LEN + USED_ELEM_LEN * usize::from(q.size());
+    let mapped = mem.get_slice(ring, whole).ok();
     let mut next = q.next_used();
     for (&head, &len) in heads.iter().zip(lens) {
-        let slot = u64::from(next % size);
-        let mut elem = [0u8; 8];
+        let slot = usize::from(next % size);
+        let mut elem = [0u8; USED_ELEM_LEN];
         elem[..4].copy_from_slice(&u32::from(head).to_le_bytes());
         elem[4..].copy_from_slice(&len.to_le_bytes());
-        let at = ring
-            .checked_add(4 + slot * 8)
-            .ok_or(vm_memory::GuestMemoryError::InvalidGuestAddress(ring))?;
-        mem.write_slice(&elem, at)?;
+        let off = USED_HDR_LEN + USED_ELEM_LEN * slot;
+        match mapped {
+            Some(slice) => slice.write_slice(&elem, off)?,
+            None => {
+                let at = ring.checked_add(off as u64).ok_or_else(bad)?;
+                mem.write_slice(&elem, at)?;
+            }
+        }
         next = next.wrapping_add(1);
     }
     q.set_next_used(next);
-    let idx = ring
-        .checked_add(2)
-        .ok_or(vm_memory::GuestMemoryError::InvalidGuestAddress(ring))?;
-    mem.store(next.to_le(), idx, Ordering::Release)
+    // The entries above are ordinary (volatile) stores; the release store of the index
+    // orders them before it, as the driver's acquire load of the index expects.
+    match mapped {
+        Some(slice) => Ok(slice.store(next.to_le(), 2, Ordering::Release)?),
+        None => {
+            let idx = ring.checked_add(2).ok_or_else(bad)?;
+            mem.store(next.to_le(), idx, Ordering::Release)
+        }
+    }
 }
+
+/// Bytes before the first used ring entry (flags, idx).
+const USED_HDR_LEN: usize = 4;
+/// Bytes of one used ring entry (id, len).
+const USED_ELEM_LEN: usize = 8;
 
 /// Ask the driver to kick when it adds receive buffers beyond those available now (the
 /// device waits for room). With EVENT_IDX `avail_event` is set to the current available
@@ -551,3 +570,6 @@ impl<'a> Cursor<'a> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests;
