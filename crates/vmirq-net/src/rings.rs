@@ -11,6 +11,7 @@
 //! (the driver writes the ring concurrently). A ring that does not lie inside one mapped
 //! region takes virtio-queue's path.
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileSlice};
@@ -33,11 +34,14 @@ pub enum AvailError {
 }
 
 /// One queue's available ring, translated once (see the module docs).
-#[derive(Clone, Copy)]
 pub struct AvailView<'a> {
     ring: GuestAddress,
     size: u16,
     slice: Option<VolatileSlice<'a>>,
+    /// The driver's index as last read: entries up to it are available without reading
+    /// the index again (a driver never takes an entry back), so the index is read once
+    /// per burst unless the burst drains what it saw.
+    known: Cell<u16>,
 }
 
 impl<'a> AvailView<'a> {
@@ -51,6 +55,7 @@ impl<'a> AvailView<'a> {
             ring,
             size,
             slice: mem.get_slice(ring, len).ok(),
+            known: Cell::new(q.next_avail()),
         }
     }
 
@@ -80,20 +85,26 @@ impl<'a> AvailView<'a> {
             return slow_pop(q, mem);
         };
         let next_avail = q.next_avail();
-        let idx = u16::from_le(
-            slice
-                .load::<u16>(2, Ordering::Acquire)
-                .map_err(|_| AvailError::OutsideMemory)?,
-        );
-        let ahead = idx.wrapping_sub(next_avail);
-        if ahead > self.size {
-            return Err(AvailError::IndexJump);
+        let seen = self.known.get().wrapping_sub(next_avail);
+        if seen == 0 || seen > self.size {
+            // Drained what was seen (or `next_avail` moved past it): read the index.
+            let idx = u16::from_le(
+                slice
+                    .load::<u16>(2, Ordering::Acquire)
+                    .map_err(|_| AvailError::OutsideMemory)?,
+            );
+            let ahead = idx.wrapping_sub(next_avail);
+            if ahead > self.size {
+                return Err(AvailError::IndexJump);
+            }
+            if ahead == 0 {
+                return Ok(None);
+            }
+            self.known.set(idx);
         }
-        if ahead == 0 {
-            return Ok(None);
-        }
-        // `size` > 0 here (`ahead` is at most the size and not 0), and the slot lies inside
-        // the slice (checked again by `load`).
+        // `size` > 0 here (an entry is available, at most the size), and the slot lies
+        // inside the slice (checked again by `load`). The entry is read after the acquire
+        // load of an index that covers it.
         let slot = usize::from(next_avail % self.size);
         let head = u16::from_le(
             slice

@@ -83,3 +83,25 @@ fn a_ring_across_regions_takes_the_iterator_and_a_stopped_queue_gives_nothing() 
     q.set_ready(false);
     assert_eq!(view.pop(&mut q, &mem), Err(AvailError::NotReady));
 }
+
+#[test]
+fn the_index_is_read_again_when_what_was_seen_is_drained_and_a_put_back_is_seen_again() {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).expect("memory");
+    let mut q = queue(0x2000);
+    let view = AvailView::new(&q, &mem);
+    put_avail(&mem, 0x2000, 2, &[4, 6]);
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(4)));
+    // The driver adds one more while the view still has one seen entry.
+    put_avail(&mem, 0x2000, 3, &[4, 6, 1]);
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(6)));
+    // Put back (no room): the same entries come again.
+    q.set_next_avail(0);
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(4)));
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(6)));
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(1)));
+    assert_eq!(view.pop(&mut q, &mem), Ok(None));
+    // A jump is seen at the next read of the index.
+    put_avail(&mem, 0x2000, 3 + SIZE + 1, &[]);
+    assert_eq!(view.pop(&mut q, &mem), Err(AvailError::IndexJump));
+    assert_eq!(q.next_avail(), 3);
+}
