@@ -35,6 +35,8 @@ pub mod ctrlq;
 pub mod fabric;
 pub mod pmd;
 pub mod queues;
+pub mod regions;
+pub mod rings;
 pub mod rx;
 pub mod server;
 pub mod switch;

@@ -10,13 +10,15 @@
 //! chains put back, frame dropped); or a chain is bad (every chain taken for the frame is
 //! returned with length 0 and the frame dropped).
 
+use crate::regions::RegionCache;
+use crate::rings::AvailView;
 use crate::virtio::{rx_hdr, HDR_LEN};
 use std::sync::atomic::{fence, Ordering};
 use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{Queue, QueueOwnedT, QueueT};
+use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
-use vmirq_vhost::chain::{walk_chain, DescTable};
+use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
 /// What happened to a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +62,7 @@ const SMALL_LEN: usize = 256;
 
 /// Where a frame's bytes come from.
 #[derive(Debug, Clone, Copy)]
-pub enum FrameSrc<'a> {
+pub enum FrameSrc<'a, 'm> {
     /// Bytes of this process.
     Bytes(&'a [u8]),
     /// A transmit chain in another frontend's memory, copied from there straight into the
@@ -70,8 +72,8 @@ pub enum FrameSrc<'a> {
     /// ([`crate::tx::scan_chain`]); a copy that fails anyway (the memory changed) makes the
     /// receive chains go back unused.
     Guest {
-        /// The source frontend's memory.
-        mem: &'a GuestMemoryMmap,
+        /// The source frontend's memory (with its last used region).
+        mem: &'a RegionCache<'m>,
         /// The transmit chain's descriptors.
         descs: &'a [Descriptor],
         /// The routed Ethernet header.
@@ -83,7 +85,7 @@ pub enum FrameSrc<'a> {
     },
 }
 
-impl FrameSrc<'_> {
+impl FrameSrc<'_, '_> {
     fn len(&self) -> usize {
         match self {
             Self::Bytes(b) => b.len(),
@@ -137,7 +139,16 @@ pub fn deliver(
     s: &mut RxScratch,
 ) -> RxOutcome {
     let mut used = std::mem::take(&mut s.pending);
-    let out = stage(q, mem, FrameSrc::Bytes(frame), mrg_rxbuf, s, &mut used);
+    let table = rx_rings(q, mem);
+    let out = stage(
+        q,
+        mem,
+        &table,
+        FrameSrc::Bytes(frame),
+        mrg_rxbuf,
+        s,
+        &mut used,
+    );
     let published = used.is_empty() || used.publish(q, mem).is_ok();
     s.pending = used;
     if published {
@@ -147,20 +158,58 @@ pub fn deliver(
     }
 }
 
+/// A receive queue's descriptor table and available ring translated into host memory
+/// once for many frames ([`rx_rings`], [`stage`]; valid while the caller holds the
+/// queue's vring lock).
+pub struct RxRings<'a> {
+    table: TableView<'a>,
+    avail: AvailView<'a>,
+    /// The memory with its last used region (receive buffers).
+    to: RegionCache<'a>,
+}
+
+/// Translate `q`'s rings (see [`RxRings`]).
+#[must_use]
+pub fn rx_rings<'a>(q: &Queue, mem: &'a GuestMemoryMmap) -> RxRings<'a> {
+    RxRings {
+        table: TableView::new(mem, desc_table(q)),
+        avail: AvailView::new(q, mem),
+        to: RegionCache::new(mem),
+    }
+}
+
+fn desc_table(q: &Queue) -> DescTable {
+    DescTable {
+        addr: GuestAddress(q.desc_table()),
+        size: q.size(),
+        indirect: false,
+    }
+}
+
 /// Write a frame into `q`'s receive buffers and add their used entries to `used` (the
 /// caller publishes them, several frames' worth at once, with [`UsedBatch::publish`]: a
 /// merged frame is never visible in part). Chains of a bad receive chain go into `used`
-/// with length 0.
-pub fn stage(
+/// with length 0. `rings`: [`rx_rings`] of `q`, made once for many frames (one made for
+/// other rings is not used).
+pub fn stage<'a>(
     q: &mut Queue,
-    mem: &GuestMemoryMmap,
-    frame: FrameSrc<'_>,
+    mem: &'a GuestMemoryMmap,
+    rings: &RxRings<'a>,
+    frame: FrameSrc<'_, '_>,
     mrg_rxbuf: bool,
     s: &mut RxScratch,
     used: &mut UsedBatch,
 ) -> RxOutcome {
     s.segs.clear();
     s.heads.clear();
+    let fresh;
+    let RxRings { table, avail, to } =
+        if rings.table.table() == desc_table(q) && rings.avail.is_for(q) {
+            rings
+        } else {
+            fresh = rx_rings(q, mem);
+            &fresh
+        };
     let need = u64::try_from(HDR_LEN + frame.len()).unwrap_or(u64::MAX);
     let start = q.next_avail();
     let mut room = 0u64;
@@ -170,24 +219,18 @@ pub fn stage(
             q.set_next_avail(start);
             return RxOutcome::TooBig;
         }
-        let chain = match q.iter(mem) {
-            Ok(mut it) => it.next(),
+        let head = match avail.pop(q, mem) {
+            Ok(Some(head)) => head,
+            Ok(None) => {
+                q.set_next_avail(start);
+                return RxOutcome::NoRoom;
+            }
             Err(_) => return RxOutcome::Broken,
         };
-        let Some(chain) = chain else {
-            q.set_next_avail(start);
-            return RxOutcome::NoRoom;
-        };
         let index = s.heads.len();
-        let head = chain.head_index();
         s.heads.push(head);
         let mut chain_room = 0u64;
-        let table = DescTable {
-            addr: GuestAddress(q.desc_table()),
-            size: q.size(),
-            indirect: false,
-        };
-        let mut bad = walk_chain(mem, table, head, &mut s.descs).is_err();
+        let mut bad = walk_chain_in(mem, table, head, &mut s.descs).is_err();
         for d in &s.descs {
             if bad || !d.is_write_only() {
                 bad = true;
@@ -227,21 +270,21 @@ pub fn stage(
         [&hdr[..], local, &[]]
     };
     let written = match frame {
-        FrameSrc::Bytes(_) => write_local(mem, &s.segs, parts, &mut s.used),
+        FrameSrc::Bytes(_) => write_local(to, &s.segs, parts, &mut s.used),
         FrameSrc::Guest {
             mem: from,
             descs,
             head,
             skip,
             len,
-        } => write_local(mem, &s.segs, parts, &mut s.used).and_then(|at| {
+        } => write_local(to, &s.segs, parts, &mut s.used).and_then(|at| {
             let rest = len.saturating_sub(head.len());
             copy_guest(
                 from,
                 descs,
                 skip,
                 rest,
-                mem,
+                to,
                 &s.segs,
                 at,
                 &mut s.used,
@@ -268,7 +311,7 @@ struct SegPos {
 /// Write `parts` (in order) into `segs` from their start; returns where they ended, `None`
 /// when a write fails. `used` gets each chain's bytes.
 fn write_local(
-    mem: &GuestMemoryMmap,
+    mem: &RegionCache<'_>,
     segs: &[Seg],
     parts: [&[u8]; 3],
     used: &mut [u32],
@@ -292,7 +335,10 @@ fn write_local(
             break;
         };
         let at = seg.addr.checked_add(pos.off as u64)?;
-        mem.write_slice(piece, at).ok()?;
+        match mem.get_slice(at, piece.len()) {
+            Some(slice) => slice.copy_from(piece),
+            None => mem.mem().write_slice(piece, at).ok()?,
+        }
         pos.off += piece.len();
         used[seg.chain] += u32::try_from(piece.len()).unwrap_or(u32::MAX);
     }
@@ -305,11 +351,11 @@ fn write_local(
 /// when a range is outside memory or the segments are too short.
 #[allow(clippy::too_many_arguments)]
 fn copy_guest(
-    from: &GuestMemoryMmap,
+    from: &RegionCache<'_>,
     descs: &[Descriptor],
     mut skip: usize,
     mut len: usize,
-    to: &GuestMemoryMmap,
+    to: &RegionCache<'_>,
     segs: &[Seg],
     mut pos: SegPos,
     used: &mut [u32],
@@ -351,55 +397,74 @@ fn copy_guest(
 
 /// Copy `n` bytes between two guests' memories (bounds checked by vm-memory either way).
 fn copy_piece(
-    from: &GuestMemoryMmap,
+    from: &RegionCache<'_>,
     src: GuestAddress,
-    to: &GuestMemoryMmap,
+    to: &RegionCache<'_>,
     dst: GuestAddress,
     n: usize,
     bounce: &mut Vec<u8>,
 ) -> Option<()> {
-    if let (Ok(s), Ok(d)) = (from.get_slice(src, n), to.get_slice(dst, n)) {
+    if let (Some(s), Some(d)) = (from.get_slice(src, n), to.get_slice(dst, n)) {
         s.copy_to_volatile_slice(d);
         return Some(());
     }
     bounce.resize(n, 0);
-    from.read_slice(bounce, src).ok()?;
-    to.write_slice(bounce, dst).ok()
+    from.mem().read_slice(bounce, src).ok()?;
+    to.mem().write_slice(bounce, dst).ok()
 }
 
 /// Put `heads` (with `lens`) in the used ring and publish them with one index store, so
 /// that the driver never sees the first buffer of a merged packet without the rest
 /// (virtio-queue's `add_used` publishes each entry on its own). Notification decisions for
 /// a queue filled this way use [`UsedWindow`], not the queue's own `needs_notification`.
+/// The ring (index and `size` entries) is translated once when it lies inside one region
+/// (each entry then an offset into that host slice), else written entry by entry.
 ///
 /// # Errors
 /// The used ring lies outside guest memory.
-pub fn publish_used<M: GuestMemory>(
+pub fn publish_used(
     q: &mut Queue,
-    mem: &M,
+    mem: &GuestMemoryMmap,
     heads: &[u16],
     lens: &[u32],
 ) -> Result<(), vm_memory::GuestMemoryError> {
     let size = q.size().max(1);
     let ring = GuestAddress(q.used_ring());
+    let bad = || vm_memory::GuestMemoryError::InvalidGuestAddress(ring);
+    let whole = USED_HDR_LEN + USED_ELEM_LEN * usize::from(q.size());
+    let mapped = mem.get_slice(ring, whole).ok();
     let mut next = q.next_used();
     for (&head, &len) in heads.iter().zip(lens) {
-        let slot = u64::from(next % size);
-        let mut elem = [0u8; 8];
+        let slot = usize::from(next % size);
+        let mut elem = [0u8; USED_ELEM_LEN];
         elem[..4].copy_from_slice(&u32::from(head).to_le_bytes());
         elem[4..].copy_from_slice(&len.to_le_bytes());
-        let at = ring
-            .checked_add(4 + slot * 8)
-            .ok_or(vm_memory::GuestMemoryError::InvalidGuestAddress(ring))?;
-        mem.write_slice(&elem, at)?;
+        let off = USED_HDR_LEN + USED_ELEM_LEN * slot;
+        match mapped {
+            Some(slice) => slice.write_slice(&elem, off)?,
+            None => {
+                let at = ring.checked_add(off as u64).ok_or_else(bad)?;
+                mem.write_slice(&elem, at)?;
+            }
+        }
         next = next.wrapping_add(1);
     }
     q.set_next_used(next);
-    let idx = ring
-        .checked_add(2)
-        .ok_or(vm_memory::GuestMemoryError::InvalidGuestAddress(ring))?;
-    mem.store(next.to_le(), idx, Ordering::Release)
+    // The entries above are ordinary (volatile) stores; the release store of the index
+    // orders them before it, as the driver's acquire load of the index expects.
+    match mapped {
+        Some(slice) => Ok(slice.store(next.to_le(), 2, Ordering::Release)?),
+        None => {
+            let idx = ring.checked_add(2).ok_or_else(bad)?;
+            mem.store(next.to_le(), idx, Ordering::Release)
+        }
+    }
 }
+
+/// Bytes before the first used ring entry (flags, idx).
+const USED_HDR_LEN: usize = 4;
+/// Bytes of one used ring entry (id, len).
+const USED_ELEM_LEN: usize = 8;
 
 /// Ask the driver to kick when it adds receive buffers beyond those available now (the
 /// device waits for room). With EVENT_IDX `avail_event` is set to the current available
@@ -505,3 +570,6 @@ impl<'a> Cursor<'a> {
         None
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,10 +8,11 @@
 //! ranges, loops, chain length, indirect-table rules); virtio-queue's own iterator would end
 //! such a chain silently.
 
+use crate::regions::RegionCache;
 use crate::virtio::{check_tx_hdr, TxHdrError, ETH_HDR_LEN, FRAME_LEN_MAX, HDR_LEN};
 use virtio_queue::desc::split::Descriptor;
 use vm_memory::{Bytes, GuestMemoryBackend, GuestMemoryMmap};
-use vmirq_vhost::chain::{walk_chain, DescTable, Violation};
+use vmirq_vhost::chain::{walk_chain, walk_chain_in, DescTable, TableView, Violation};
 
 /// Why a transmitted chain is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -81,18 +82,21 @@ pub const PREFIX_LEN: usize = HDR_LEN + ETH_HDR_LEN;
 /// and inside guest memory, the length bounds, the net header), the chain's descriptors
 /// left in `descs` and its first [`PREFIX_LEN`] bytes (net header, Ethernet header) copied
 /// into `prefix`. Returns the frame's length (net header excluded). The frame's bytes are
-/// copied later, straight into a receive queue ([`crate::rx::FrameSrc::Guest`]).
+/// copied later, straight into a receive queue ([`crate::rx::FrameSrc::Guest`]). `table`: the
+/// queue's descriptor table, translated once for a burst of chains; `cache`: the memory
+/// with its last used region, for the same burst.
 ///
 /// # Errors
 /// [`TxError`].
 pub fn scan_chain(
-    mem: &GuestMemoryMmap,
-    table: DescTable,
+    cache: &RegionCache<'_>,
+    table: &TableView<'_>,
     head: u16,
     descs: &mut Vec<Descriptor>,
     prefix: &mut [u8; PREFIX_LEN],
 ) -> Result<usize, TxError> {
-    walk_chain(mem, table, head, descs)?;
+    let mem = cache.mem();
+    walk_chain_in(mem, table, head, descs)?;
     let limit = HDR_LEN + FRAME_LEN_MAX;
     let mut total = 0usize;
     for desc in descs.iter() {
@@ -107,7 +111,7 @@ pub fn scan_chain(
         let n = len.min(PREFIX_LEN.saturating_sub(total));
         // One region lookup for a descriptor inside one region (the usual case); a
         // descriptor spanning regions is checked piece by piece.
-        if let Ok(slice) = mem.get_slice(desc.addr(), len) {
+        if let Some(slice) = cache.get_slice(desc.addr(), len) {
             if n > 0 {
                 slice.copy_to(&mut prefix[total..total + n]);
             }

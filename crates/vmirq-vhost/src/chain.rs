@@ -25,7 +25,7 @@
 //!   checks itself).
 
 use virtio_queue::desc::split::Descriptor;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileSlice};
 
 /// `VRING_DESC_F_INDIRECT`.
 const F_INDIRECT: u16 = 4;
@@ -155,10 +155,49 @@ pub struct DescTable {
     pub indirect: bool,
 }
 
+/// A queue's descriptor table translated to host memory once, for many walks (a burst of
+/// chains under one vring lock, whose table cannot move meanwhile): each descriptor is then
+/// read by index from one host slice (an offset bounds check) instead of through a guest
+/// region lookup. A table that does not lie inside one mapped region keeps the per-descriptor
+/// path, which names the entry outside memory. The reads stay volatile (the driver may write
+/// the table concurrently; each descriptor is copied out once and only the copy is checked
+/// and used).
+#[derive(Clone, Copy)]
+pub struct TableView<'a> {
+    table: DescTable,
+    slice: Option<VolatileSlice<'a>>,
+}
+
+impl<'a> TableView<'a> {
+    /// Translate `table` in `mem`.
+    #[must_use]
+    pub fn new(mem: &'a GuestMemoryMmap, table: DescTable) -> Self {
+        let len = usize::from(table.size) * DESC_LEN as usize;
+        Self {
+            table,
+            slice: mem.get_slice(table.addr, len).ok(),
+        }
+    }
+
+    /// The table viewed.
+    #[must_use]
+    pub fn table(&self) -> DescTable {
+        self.table
+    }
+
+    /// Whether the table was translated (lies inside one region).
+    #[must_use]
+    pub fn is_mapped(&self) -> bool {
+        self.slice.is_some()
+    }
+}
+
 /// The table the walk is currently in.
 #[derive(Clone, Copy)]
-struct Cursor {
+struct Cursor<'a> {
     addr: GuestAddress,
+    /// The table in host memory, when translated.
+    slice: Option<VolatileSlice<'a>>,
     entries: u32,
     indirect: bool,
     /// Descriptors taken from this table so far.
@@ -177,7 +216,7 @@ pub fn walk(
     head: u16,
     out: &mut Vec<Descriptor>,
 ) -> Result<GuestAddress, Violation> {
-    let last = walk_ring(mem, table, head, out)?;
+    let last = walk_ring(mem, TableView { table, slice: None }, head, out)?;
     status_byte(mem, &last)
 }
 
@@ -193,17 +232,32 @@ pub fn walk_chain(
     head: u16,
     out: &mut Vec<Descriptor>,
 ) -> Result<(), Violation> {
-    walk_ring(mem, table, head, out).map(|_| ())
+    walk_ring(mem, TableView { table, slice: None }, head, out).map(|_| ())
+}
+
+/// [`walk_chain`] over a table translated once ([`TableView`]); the same rules, the same
+/// errors.
+///
+/// # Errors
+/// The first [`Violation`] found.
+pub fn walk_chain_in(
+    mem: &GuestMemoryMmap,
+    view: &TableView<'_>,
+    head: u16,
+    out: &mut Vec<Descriptor>,
+) -> Result<(), Violation> {
+    walk_ring(mem, *view, head, out).map(|_| ())
 }
 
 /// The ring rules; returns the chain's last descriptor.
 fn walk_ring(
     mem: &GuestMemoryMmap,
-    table: DescTable,
+    view: TableView<'_>,
     head: u16,
     out: &mut Vec<Descriptor>,
 ) -> Result<Descriptor, Violation> {
     out.clear();
+    let table = view.table;
     if head >= table.size {
         return Err(Violation::HeadOutOfRange {
             head,
@@ -212,6 +266,7 @@ fn walk_ring(
     }
     let mut at = Cursor {
         addr: table.addr,
+        slice: view.slice,
         entries: u32::from(table.size),
         indirect: false,
         taken: 0,
@@ -259,21 +314,30 @@ fn walk_ring(
 }
 
 /// Read entry `index` of the current table.
-fn read(mem: &GuestMemoryMmap, at: Cursor, index: u16) -> Result<Descriptor, Violation> {
+fn read(mem: &GuestMemoryMmap, at: Cursor<'_>, index: u16) -> Result<Descriptor, Violation> {
+    let offset = u64::from(index) * u64::from(DESC_LEN);
+    if let Some(slice) = at.slice {
+        // `index` < the table's entries (checked by the caller), and the slice holds them
+        // all; the bounds are checked again by `read_obj`.
+        return usize::try_from(offset)
+            .ok()
+            .and_then(|o| slice.read_obj::<Descriptor>(o).ok())
+            .ok_or(Violation::TableOutsideMemory { index });
+    }
     // Indirect tables were checked to lie in memory, so only the queue's table can fail.
     at.addr
-        .checked_add(u64::from(index) * u64::from(DESC_LEN))
+        .checked_add(offset)
         .and_then(|a| mem.read_obj::<Descriptor>(a).ok())
         .ok_or(Violation::TableOutsideMemory { index })
 }
 
 /// Check an INDIRECT descriptor and return the cursor at the start of its table.
-fn enter_indirect(
-    mem: &GuestMemoryMmap,
+fn enter_indirect<'a>(
+    mem: &'a GuestMemoryMmap,
     d: &Descriptor,
-    at: Cursor,
+    at: Cursor<'a>,
     queue_size: u16,
-) -> Result<Cursor, Violation> {
+) -> Result<Cursor<'a>, Violation> {
     if at.indirect {
         return Err(Violation::NestedIndirect);
     }
@@ -293,9 +357,12 @@ fn enter_indirect(
         return Err(Violation::IndirectTooLong { entries, limit });
     }
     // `len` fits in usize on every supported (64-bit) host; refuse rather than truncate.
-    let fits = usize::try_from(len)
-        .map(|n| GuestMemoryBackend::check_range(mem, d.addr(), n))
-        .unwrap_or(false);
+    // One translation for a table inside one region (read by index then); a table spanning
+    // regions is only checked here and read descriptor by descriptor.
+    let n = usize::try_from(len).ok();
+    let slice = n.and_then(|n| mem.get_slice(d.addr(), n).ok());
+    let fits =
+        slice.is_some() || n.is_some_and(|n| GuestMemoryBackend::check_range(mem, d.addr(), n));
     if !fits {
         return Err(Violation::IndirectOutsideMemory {
             addr: d.addr().raw_value(),
@@ -304,6 +371,7 @@ fn enter_indirect(
     }
     Ok(Cursor {
         addr: d.addr(),
+        slice,
         entries,
         indirect: true,
         taken: 0,
@@ -493,6 +561,97 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(
             walk(&m, table, 0, &mut out),
+            Err(Violation::TableOutsideMemory { index: 0 })
+        );
+    }
+
+    /// Walk `head` both ways (per-descriptor reads and the translated view) and demand the
+    /// same answer.
+    fn both(m: &GuestMemoryMmap, table: DescTable, head: u16) -> Result<usize, Violation> {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        let slow = walk_chain(m, table, head, &mut a).map(|()| a.len());
+        let view = TableView::new(m, table);
+        let fast = walk_chain_in(m, &view, head, &mut b).map(|()| b.len());
+        assert_eq!(slow, fast, "head {head}");
+        let key = |d: &Descriptor| (d.addr().raw_value(), d.len(), d.flags(), d.next());
+        assert!(a.iter().map(key).eq(b.iter().map(key)));
+        fast
+    }
+
+    #[test]
+    fn the_translated_table_keeps_every_rule() {
+        let m = mem();
+        assert!(TableView::new(&m, TABLE).is_mapped());
+        put(&m, 0, 0x1000, 12, F_NEXT, 1);
+        put(&m, 16, 0x2000, 64, 0, 0);
+        assert_eq!(both(&m, TABLE, 0), Ok(2));
+        assert_eq!(
+            both(&m, TABLE, 8),
+            Err(Violation::HeadOutOfRange { head: 8, size: 8 })
+        );
+        put(&m, 16, 0x2000, 64, F_NEXT, 0);
+        assert_eq!(both(&m, TABLE, 0), Err(Violation::Loop { entries: 8 }));
+        put(&m, 16, 0x2000, 64, F_NEXT, 9);
+        assert_eq!(
+            both(&m, TABLE, 0),
+            Err(Violation::NextOutOfRange { next: 9, size: 8 })
+        );
+        // Direct, then an indirect table (translated too), then its rules.
+        put(&m, 16, 0x3000, 32, F_INDIRECT, 0);
+        put(&m, 0x3000, 0x2000, 512, F_WRITE | F_NEXT, 1);
+        put(&m, 0x3010, 0x2400, 1, F_WRITE, 0);
+        assert_eq!(both(&m, TABLE, 0), Ok(3));
+        put(&m, 0x3010, 0x2400, 1, F_WRITE | F_NEXT, 2);
+        assert_eq!(
+            both(&m, TABLE, 0),
+            Err(Violation::IndirectNextOutOfRange {
+                next: 2,
+                entries: 2
+            })
+        );
+        put(&m, 16, 0xFFF0, 32, F_INDIRECT, 0);
+        assert_eq!(
+            both(&m, TABLE, 0),
+            Err(Violation::IndirectOutsideMemory {
+                addr: 0xFFF0,
+                len: 32
+            })
+        );
+        let no_indirect = DescTable {
+            indirect: false,
+            ..TABLE
+        };
+        assert_eq!(
+            both(&m, no_indirect, 0),
+            Err(Violation::IndirectNotNegotiated)
+        );
+    }
+
+    #[test]
+    fn a_table_across_regions_or_outside_memory_falls_back_to_per_descriptor_reads() {
+        // Two adjacent regions; the table straddles their boundary.
+        let m = GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), 0x1000),
+            (GuestAddress(0x1000), 0x1000),
+        ])
+        .expect("memory");
+        let table = DescTable {
+            addr: GuestAddress(0xFF0),
+            size: 4,
+            indirect: false,
+        };
+        assert!(!TableView::new(&m, table).is_mapped());
+        put(&m, 0xFF0, 0x100, 12, F_NEXT, 1);
+        put(&m, 0x1000, 0x200, 64, 0, 0);
+        assert_eq!(both(&m, table, 0), Ok(2));
+        let outside = DescTable {
+            addr: GuestAddress(0x1FF8),
+            ..table
+        };
+        assert!(!TableView::new(&m, outside).is_mapped());
+        assert_eq!(
+            both(&m, outside, 0),
             Err(Violation::TableOutsideMemory { index: 0 })
         );
     }

@@ -20,7 +20,9 @@ use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
-use crate::rx::{arm_refill_kick, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
+use crate::regions::RegionCache;
+use crate::rings::AvailView;
+use crate::rx::{arm_refill_kick, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
 use crate::switch::Route;
 use crate::tx::{gather_frame, scan_chain, TxError, PREFIX_LEN};
 use crate::virtio::HDR_LEN;
@@ -28,10 +30,10 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use vhost_user_backend::VringT;
 use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{QueueOwnedT, QueueT};
+use virtio_queue::QueueT;
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
-use vmirq_vhost::chain::DescTable;
+use vmirq_vhost::chain::{DescTable, TableView};
 use vmirq_vhost::notify::Submissions;
 use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
@@ -89,7 +91,9 @@ impl Fabric {
             b.broken = true; // the frontend truncated its memory (vmirq_vhost::sigbus)
             return 0;
         }
-        self.take(src, tx, mem, b, limit);
+        // The source's memory with its last used region, for the whole burst.
+        let from = RegionCache::new(mem);
+        self.take(src, tx, &from, b, limit);
         if revoked_in(mem).is_some() {
             // The headers read as zeros: forward and complete nothing.
             tx.state.get_queue_mut().set_next_avail(start);
@@ -97,7 +101,7 @@ impl Fabric {
             b.broken = true;
             return 0;
         }
-        let done = self.deliver_all(src, mem, b);
+        let done = self.deliver_all(src, &from, b);
         if revoked_in(mem).is_some() {
             // A frame's body (copied straight into its destination) lay in memory revoked
             // during this burst: complete none of it; what reached a destination was the
@@ -127,36 +131,40 @@ impl Fabric {
         &self,
         src: usize,
         tx: &mut LiveRing<'_>,
-        mem: &GuestMemoryMmap,
+        from: &RegionCache<'_>,
         b: &mut BurstScratch,
         limit: usize,
     ) {
         b.taken.clear();
         b.descs.clear();
         b.broken = false;
+        let mem = from.mem();
         let q = tx.state.get_queue_mut();
-        let table = DescTable {
-            addr: GuestAddress(q.desc_table()),
-            size: q.size(),
-            indirect: false,
-        };
-        // One look at the available index per burst.
-        let mut avail = match q.iter(mem) {
-            Ok(it) => it,
-            Err(e) => {
-                tracing::warn!(port = src, error = %e, "transmit queue broken");
-                PortCounters::add(&self.slots[src].counters.queue_broken, 1);
-                b.broken = true;
-                return;
-            }
-        };
+        // The descriptor table translated once for the burst (the TX vring lock is held).
+        let table = TableView::new(
+            mem,
+            DescTable {
+                addr: GuestAddress(q.desc_table()),
+                size: q.size(),
+                indirect: false,
+            },
+        );
+        // The available ring translated once for the burst too.
+        let avail = AvailView::new(q, mem);
         for _ in 0..limit {
-            let Some(chain) = avail.next() else {
-                break;
+            let head = match avail.pop(q, mem) {
+                Ok(Some(head)) => head,
+                Ok(None) => break,
+                Err(e) => {
+                    // The chains taken so far are valid and go on; the queue stops after.
+                    tracing::warn!(port = src, error = %e, "transmit queue broken");
+                    PortCounters::add(&self.slots[src].counters.queue_broken, 1);
+                    b.broken = true;
+                    break;
+                }
             };
-            let head = chain.head_index();
             let mut prefix = [0u8; PREFIX_LEN];
-            let scanned = scan_chain(mem, table, head, &mut b.one, &mut prefix);
+            let scanned = scan_chain(from, &table, head, &mut b.one, &mut prefix);
             let at = b.descs.len();
             b.descs.extend_from_slice(&b.one);
             let route = match scanned {
@@ -176,7 +184,7 @@ impl Fabric {
 
     /// Step 2: deliver in ring order; returns how many chains (from the first) are
     /// consumed.
-    fn deliver_all(&self, src: usize, from: &GuestMemoryMmap, b: &mut BurstScratch) -> usize {
+    fn deliver_all(&self, src: usize, from: &RegionCache<'_>, b: &mut BurstScratch) -> usize {
         let c = &self.slots[src].counters;
         let n = b.taken.len();
         let mut i = 0;
@@ -214,7 +222,7 @@ impl Fabric {
                 // per-frame path, which writes them to the tap.
                 Route::Flood | Route::Port(_) => {
                     let descs = &b.descs[t.descs.clone()];
-                    if gather_frame(from, descs, &mut b.frame).is_err() {
+                    if gather_frame(from.mem(), descs, &mut b.frame).is_err() {
                         // The memory changed under the chain since it was checked.
                         PortCounters::add(&c.tx_no_destination, 1);
                     } else if let Sent::Wait =
@@ -240,7 +248,7 @@ impl Fabric {
         &self,
         src: usize,
         dst: usize,
-        from: &GuestMemoryMmap,
+        from: &RegionCache<'_>,
         run: Range<usize>,
         b: &mut BurstScratch,
     ) -> Option<RunEnd> {
@@ -256,6 +264,8 @@ impl Fabric {
             return None;
         }
         let mrg = a.mrg_rxbuf();
+        // The receive descriptor table and available ring translated once for the run (its vring lock is held).
+        let table = rx_rings(rx.get_queue(), &mem);
         let mut ctl = lock(&a.rx_ctl);
         b.metas.clear();
         let mut end = RunEnd {
@@ -277,7 +287,7 @@ impl Fabric {
                 len: t.len,
             };
             let q = rx.get_queue_mut();
-            let mut out = stage(q, &mem, frame, mrg, &mut b.rx, &mut b.used);
+            let mut out = stage(q, &mem, &table, frame, mrg, &mut b.rx, &mut b.used);
             if out == RxOutcome::NoRoom {
                 // Mark before arming, so that a refill after the arm finds the mark; then
                 // always look once more (buffers added between the failed staging and the
@@ -290,7 +300,8 @@ impl Fabric {
                     if !arrived && attempt > 1 {
                         break;
                     }
-                    out = stage(rx.get_queue_mut(), &mem, frame, mrg, &mut b.rx, &mut b.used);
+                    let q = rx.get_queue_mut();
+                    out = stage(q, &mem, &table, frame, mrg, &mut b.rx, &mut b.used);
                     if out != RxOutcome::NoRoom {
                         break;
                     }
@@ -303,7 +314,7 @@ impl Fabric {
                     PortCounters::add(&c.rx_buffers, u64::from(n));
                     let bytes = u32::try_from(t.len).unwrap_or(u32::MAX);
                     let meta = if ctl.classify {
-                        match gather_frame(from, &b.descs[t.descs.clone()], &mut b.frame) {
+                        match gather_frame(from.mem(), &b.descs[t.descs.clone()], &mut b.frame) {
                             Ok(()) => classify(&b.frame).completion_meta(),
                             Err(_) => CompletionMeta::new(RequestKind::Read, bytes),
                         }
