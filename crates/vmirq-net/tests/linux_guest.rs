@@ -261,14 +261,21 @@ fn two_linux_guests_exchange_frames_and_count_moderates_their_interrupts() {
     // stream's receive interrupts wait for the hold timer or 64 frames.
     assert_eq!(none.dev_rx_timer_fires, 0, "{none:?}");
     assert!(count.dev_rx_timer_fires > 0, "{count:?}");
-    // The guest's own count of the card's interrupts (receive and transmit completions on one
-    // INTx line) per packet over the stream, in the same test run: fewer under `count`.
-    // Unmoderated it varied 0.1-0.8 between runs on a loaded machine (a TCG guest kept busy
-    // stays in NAPI polling and takes few); with `count:usecs=500,frames=32` it was once
-    // higher than unmoderated, so the policy here holds longer.
+    // What serve-net signals to guest B's receive queue per frame, in the same test run:
+    // fewer under `count` (the device's side of moderation, which the policy decides).
     assert!(
-        count.stream_irq_per_pkt < none.stream_irq_per_pkt,
-        "{policy} did not reduce guest B's interrupts: {count:?} vs none {none:?}"
+        count.dev_rx_signals_per_frame < none.dev_rx_signals_per_frame,
+        "{policy} did not reduce the signals to guest B: {count:?} vs none {none:?}"
+    );
+    // The guest's own count of the card's interrupts (receive and transmit completions on one
+    // INTx line) per packet over the stream. Unmoderated it varied 0.1-0.8 between runs on a
+    // loaded machine (a TCG guest kept busy stays in NAPI polling and takes few), and the
+    // strict "fewer under count" failed in 1 of ~10 loaded runs, so the test only bounds it
+    // (no more than 1.25x unmoderated: `count:usecs=500,frames=32` once gave 4.95x, which
+    // this catches); scripts/net-guest-irq.sh measures the ratio over repeated runs.
+    assert!(
+        count.stream_irq_per_pkt <= none.stream_irq_per_pkt * 1.25,
+        "{policy} raised guest B's interrupts: {count:?} vs none {none:?}"
     );
 }
 
