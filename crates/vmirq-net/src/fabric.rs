@@ -360,8 +360,7 @@ impl Fabric {
         limit: usize,
     ) -> (BatchEnd, usize) {
         let c = &self.slots[src].counters;
-        let mut subs = Submissions::default();
-        let mut batch = ctl.notifier.completions();
+        let mut back = TxReturn::new(ctl);
         let mut end = BatchEnd::More;
         let mut taken = 0;
         for _ in 0..limit {
@@ -422,26 +421,12 @@ impl Fabric {
                     PortCounters::add(&c.tx_bad_chain, 1);
                 }
             }
-            ctl.notifier.submitted(&mut subs);
-            if q.add_used(mem, head, 0).is_err() {
-                PortCounters::add(&c.queue_broken, 1);
-                end = BatchEnd::Stop;
-                break;
-            }
-            let meta = CompletionMeta::new(RequestKind::Write, bytes);
-            if ctl.notifier.completed(&mut batch, meta, tx, mem).is_err() {
+            if !back.chain(ctl, tx, mem, head, bytes, c) {
                 end = BatchEnd::Stop;
                 break;
             }
         }
-        let done = ctl
-            .notifier
-            .submissions_done(&subs, tx, mem)
-            .and_then(|_| ctl.notifier.completions_done(batch, tx, mem))
-            .and_then(|last| ctl.notifier.follow(last));
-        if let Err(e) = done {
-            tracing::warn!(port = src, error = %e, "transmit notification failed");
-        }
+        back.finish(ctl, tx, mem, src);
         (end, taken)
     }
 
@@ -805,4 +790,54 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
     static BURST_SCRATCH: std::cell::RefCell<burst::BurstScratch> =
         std::cell::RefCell::new(burst::BurstScratch::default());
+}
+
+/// Transmit chains going back to their driver in one batch, through the queue's moderation:
+/// the per-port loop and the pmd bursts both return their chains this way.
+struct TxReturn {
+    subs: Submissions,
+    batch: Completions,
+}
+
+impl TxReturn {
+    fn new(ctl: &TxCtl) -> Self {
+        Self {
+            subs: Submissions::default(),
+            batch: ctl.notifier.completions(),
+        }
+    }
+
+    /// Chain `head` (which carried `bytes` of frame) to the used ring; false when the ring
+    /// or its notification broke (counted), which ends the batch.
+    fn chain(
+        &mut self,
+        ctl: &mut TxCtl,
+        tx: &mut LiveRing<'_>,
+        mem: &GuestMemoryMmap,
+        head: u16,
+        bytes: u32,
+        c: &PortCounters,
+    ) -> bool {
+        ctl.notifier.submitted(&mut self.subs);
+        if tx.state.get_queue_mut().add_used(mem, head, 0).is_err() {
+            PortCounters::add(&c.queue_broken, 1);
+            return false;
+        }
+        let meta = CompletionMeta::new(RequestKind::Write, bytes);
+        ctl.notifier
+            .completed(&mut self.batch, meta, tx, mem)
+            .is_ok()
+    }
+
+    /// The batch is complete: the moderation decides on its notification.
+    fn finish(self, ctl: &mut TxCtl, tx: &mut LiveRing<'_>, mem: &GuestMemoryMmap, port: usize) {
+        let done = ctl
+            .notifier
+            .submissions_done(&self.subs, tx, mem)
+            .and_then(|_| ctl.notifier.completions_done(self.batch, tx, mem))
+            .and_then(|last| ctl.notifier.follow(last));
+        if let Err(e) = done {
+            tracing::warn!(port, error = %e, "transmit notification failed");
+        }
+    }
 }

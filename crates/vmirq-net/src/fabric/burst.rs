@@ -16,7 +16,7 @@
 //!    (`next_avail` put back), the source is marked blocked on the destination and its
 //!    refill kick armed, exactly as on the per-port path: no loss.
 
-use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
+use super::{lock, Attached, Dests, Fabric, Sent, TxReturn, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
@@ -34,7 +34,6 @@ use virtio_queue::QueueT;
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::{DescTable, TableView};
-use vmirq_vhost::notify::Submissions;
 use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
 
@@ -380,8 +379,7 @@ impl Fabric {
             return;
         }
         let c = &self.slots[src].counters;
-        let mut subs = Submissions::default();
-        let mut batch = ctl.notifier.completions();
+        let mut back = TxReturn::new(ctl);
         for t in taken {
             let bytes = match t.bad {
                 None => {
@@ -399,23 +397,10 @@ impl Fabric {
                     0
                 }
             };
-            ctl.notifier.submitted(&mut subs);
-            if tx.state.get_queue_mut().add_used(mem, t.head, 0).is_err() {
-                PortCounters::add(&c.queue_broken, 1);
-                break;
-            }
-            let meta = CompletionMeta::new(RequestKind::Write, bytes);
-            if ctl.notifier.completed(&mut batch, meta, tx, mem).is_err() {
+            if !back.chain(ctl, tx, mem, t.head, bytes, c) {
                 break;
             }
         }
-        let done = ctl
-            .notifier
-            .submissions_done(&subs, tx, mem)
-            .and_then(|_| ctl.notifier.completions_done(batch, tx, mem))
-            .and_then(|last| ctl.notifier.follow(last));
-        if let Err(e) = done {
-            tracing::warn!(port = src, error = %e, "transmit notification failed");
-        }
+        back.finish(ctl, tx, mem, src);
     }
 }
