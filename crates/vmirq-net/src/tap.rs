@@ -13,6 +13,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use vmirq_vhost::daemon::readable;
 
 /// Largest frame read from the tap (a 64 KiB frame plus an Ethernet header, the device's
 /// largest: the tap's MTU bounds what the kernel sends).
@@ -89,7 +90,7 @@ impl Tap {
     /// # Errors
     /// poll or read failed.
     pub fn recv(&self, buf: &mut Vec<u8>, timeout_ms: i32) -> io::Result<Option<usize>> {
-        if !readable(&self.file, timeout_ms)? {
+        if !readable(self.file.as_raw_fd(), timeout_ms)? {
             return Ok(None);
         }
         buf.resize(TAP_FRAME_MAX, 0);
@@ -115,25 +116,6 @@ fn set_nonblocking(file: &File) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-fn readable(file: &File, timeout_ms: i32) -> io::Result<bool> {
-    let mut fd = libc::pollfd {
-        fd: file.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, count 1.
-    let n = unsafe { libc::poll(&mut fd, 1, timeout_ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(n > 0 && fd.revents & libc::POLLIN != 0)
 }
 
 #[cfg(test)]
