@@ -12,6 +12,7 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
+use vmirq_report::table::short_number as num;
 
 /// Errors of a session.
 #[derive(Debug, thiserror::Error)]
@@ -237,18 +238,6 @@ impl BenchResult {
             s.push('\n');
         }
         s
-    }
-}
-
-fn num(v: f64) -> String {
-    if v == 0.0 {
-        "0".into()
-    } else if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.4}")
     }
 }
 

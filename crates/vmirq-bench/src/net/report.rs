@@ -5,19 +5,8 @@
 use super::results::{NetCell, PEER};
 use super::NetSection;
 use crate::stats::Spread;
+use vmirq_report::table::short_number as num;
 use vmirq_report::{BarChart, Cell, Page, Scale, Svg, Table, Tone};
-
-fn num(v: f64) -> String {
-    if v == 0.0 {
-        "0".into()
-    } else if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.4}")
-    }
-}
 
 fn spread(s: Spread, scale: f64) -> String {
     format!(
