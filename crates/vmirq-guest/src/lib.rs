@@ -36,6 +36,7 @@ pub mod nic;
 pub mod process;
 pub mod qemu;
 pub mod script;
+pub mod shared;
 pub mod transcript;
 
 pub use accel::{Accel, Choice};
@@ -45,6 +46,7 @@ pub use image::Image;
 pub use nic::VhostUserNet;
 pub use qemu::{Exit, Machine, Run, VhostUserBlk, Vm};
 pub use script::Script;
+pub use shared::{shared_harness, skip};
 pub use transcript::{StepResult, Transcript};
 
 use std::path::PathBuf;

@@ -4,10 +4,8 @@
 //! parsers for what the guest prints (its RX interrupts and packet counts, ping summaries,
 //! the feature bits its driver acked).
 
-use std::io::Write as _;
 use std::path::Path;
-use std::sync::OnceLock;
-use vmirq_guest::{GuestError, Harness, Machine, Script, VhostUserNet};
+use vmirq_guest::{Harness, Machine, Script, VhostUserNet};
 
 /// The guests' network: link-local addresses that exist only on the test's own switch.
 pub const NET_PREFIX: &str = "169.254.77";
@@ -17,36 +15,7 @@ pub fn ip(n: u8) -> String {
     format!("{NET_PREFIX}.{n}")
 }
 
-/// Report a test that cannot run here, straight to stderr.
-pub fn skip(test: &str, reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {reason}");
-}
-
-/// The harness, or `None` after a SKIPPED line when QEMU is not installed; any other problem
-/// (the kernel or busybox missing, a build failure) fails the test.
-pub fn harness(test: &str) -> Option<&'static Harness> {
-    static HARNESS: OnceLock<Result<Harness, String>> = OnceLock::new();
-    let h = HARNESS.get_or_init(|| match Harness::prepare() {
-        Ok(h) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "guest: kernel {}, {}",
-                h.image.kernel_release(),
-                h.accel
-            );
-            Ok(h)
-        }
-        Err(GuestError::Missing { program, hint }) => Err(format!("{program} missing ({hint})")),
-        Err(e) => panic!("the guest harness cannot be prepared: {e}"),
-    });
-    match h {
-        Ok(h) => Some(h),
-        Err(reason) => {
-            skip(test, reason);
-            None
-        }
-    }
-}
+pub use vmirq_guest::shared_harness as harness;
 
 /// A one-vCPU, 512 MiB guest (the uncompressed initramfs needs more than 256) whose `eth0` is a vhost-user card on `socket` with `mac`.
 pub fn machine(h: &Harness, socket: &Path, mac: [u8; 6]) -> Machine {

@@ -8,9 +8,9 @@ pub mod lifecycle;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+
 use std::time::Duration;
-use vmirq_guest::{fio, interrupts, Backend, GuestError, Harness, Run, Script};
+use vmirq_guest::{fio, interrupts, Backend, Run, Script};
 
 /// Disk size every test serves.
 pub const DISK_MIB: u64 = 64;
@@ -19,37 +19,7 @@ pub const SERIAL: &str = "vmirq-guest-e2e";
 /// Bound of one QEMU run (TCG on a busy 2-core machine).
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Report a test that cannot run here, straight to stderr (the harness hides eprintln!
-/// output of passing tests, which would make the skip silent).
-pub fn skip(test: &str, reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {reason}");
-}
-
-/// The harness, or `None` after a SKIPPED line when QEMU is not installed. Any other problem
-/// (a package of the guest missing, a build failure) fails the test.
-pub fn harness(test: &str) -> Option<&'static Harness> {
-    static HARNESS: OnceLock<Result<Harness, String>> = OnceLock::new();
-    let h = HARNESS.get_or_init(|| match Harness::prepare() {
-        Ok(h) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "guest: kernel {}, {}",
-                h.image.kernel_release(),
-                h.accel
-            );
-            Ok(h)
-        }
-        Err(GuestError::Missing { program, hint }) => Err(format!("{program} missing ({hint})")),
-        Err(e) => panic!("the guest harness cannot be prepared: {e}"),
-    });
-    match h {
-        Ok(h) => Some(h),
-        Err(reason) => {
-            skip(test, reason);
-            None
-        }
-    }
-}
+pub use vmirq_guest::{shared_harness as harness, skip};
 
 /// A socket path in a fresh directory.
 pub struct Place {
