@@ -33,11 +33,17 @@ fn latency_adaptive_dim_helps_short_messages_on_their_own_queue_only() {
         .status,
         "reproduced"
     );
-    // On a queue shared with the bulk stream the bypass rarely triggers (README; not a
-    // published check: the talk describes no such test).
-    let mixed = value(&r, "mix-dim-latency", "short_latency_ns.mean")
-        / value(&r, "mix-none", "short_latency_ns.mean");
-    assert!(mixed > 3.0, "mixed-queue short latency ratio {mixed}");
+    // On a queue shared with the bulk stream `dim-lat` bypasses every short message, but
+    // the message waits in the FIFO ring behind the held bulk frames (README, fifth
+    // session): slower than unmoderated, much faster than plain DIM, as on the real data
+    // path (crates/vmirq-net/results/README.md).
+    let adaptive = value(&r, "mix-dim-latency", "short_latency_ns.mean");
+    let unmoderated = value(&r, "mix-none", "short_latency_ns.mean");
+    let plain = value(&r, "mix-dim", "short_latency_ns.mean");
+    assert!(
+        adaptive > 1.2 * unmoderated && adaptive < 0.5 * plain,
+        "mixed-queue short latency: none {unmoderated} dim-lat {adaptive} dim {plain}"
+    );
     // The bulk stream keeps most of the interrupt savings with the filter on.
     let none = value(&r, "mix-none", "nic_irqs.per_s");
     let dim = value(&r, "mix-dim", "nic_irqs.per_s");
