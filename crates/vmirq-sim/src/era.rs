@@ -23,6 +23,11 @@ pub struct Era {
     /// The guest's EOI write exits: an x2APIC EOI MSR write per interrupt, as in KVM
     /// before posted interrupts / APICv and before paravirtual EOI.
     pub eoi_exit: bool,
+    /// Part of `vm_entry_ns` that reloads a vCPU whose thread was scheduled out (KVM's
+    /// `kvm_sched_in` preempt notifier -> `kvm_arch_vcpu_load`: VMCS load, per-CPU state).
+    /// A vCPU resumed from host halt polling never left its CPU and does not pay it. 0: the
+    /// profile's `vm_entry_ns` is charged on every resume.
+    pub vcpu_reload_ns: Nanos,
     /// Where the numbers come from.
     pub about: &'static str,
 }
@@ -36,12 +41,23 @@ pub struct Era {
 /// how much of a miss indirect costs *can* explain, not that they do.
 pub const SPLITX_REFILL_NS: Nanos = 6_826; // 20,000 cycles / 2.93 GHz
 
+/// The vCPU reload on the KVM Forum 2015 machine (Sandy Bridge, 2.6 GHz; seeds.md §2), from
+/// the talk's two medians of the same IPI benchmark: scheduled out 14,900 cycles = WRMSR 400
+/// + kick 1,200 + scheduler 8,500 + VM entry 3,400 + handler 1,400; polling (the thread
+/// never schedules out) 4,300 cycles, which with the same WRMSR and handler leaves 2,500
+/// for the polled resume. The difference, 3,400 - 2,500 = 900 cycles, is what only a
+/// scheduled-out vCPU pays: its reload (`kvm_arch_vcpu_load` from the `kvm_sched_in` preempt
+/// notifier). A derivation from one machine's breakdown, so only the profiles whose
+/// primitives are that breakdown get it.
+pub const SNB_VCPU_RELOAD_NS: Nanos = crate::costs::snb_cycles(3_400 - (4_300 - 400 - 1_400));
+
 /// The eras.
 pub const ERAS: &[Era] = &[
     Era {
         profile: "westmere-2012",
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: true,
+        vcpu_reload_ns: 0,
         about: "refill: SplitX's bound, measured on Nehalem (Westmere is its 32 nm shrink, \
                 same per-core caches); EOI exits: no APICv (Westmere has none) and no PV EOI \
                 (guest side merged June 2012, Linux 3.6, commit ab9cf4996bb9 'KVM guest: \
@@ -52,21 +68,25 @@ pub const ERAS: &[Era] = &[
         profile: "sandybridge-2015",
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: false,
+        vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
         about: "refill: SplitX's Nehalem bound, carried over unchanged (Sandy Bridge keeps \
                 the per-core L1/L2 sizes; an extrapolation); EOI: a 2015 guest (Linux >= 3.6) \
                 uses PV EOI, and the talk's per-transaction exit count (~9.6 MSR writes = \
-                ICR + APIC timer writes) has no EOI writes in it",
+                ICR + APIC timer writes) has no EOI writes in it; vCPU reload: the talk's \
+                scheduled-out and polled medians (SNB_VCPU_RELOAD_NS)",
     },
     Era {
         profile: "sandybridge",
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: false,
+        vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
         about: "as sandybridge-2015",
     },
     Era {
         profile: "haswell",
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: false,
+        vcpu_reload_ns: 0,
         about: "refill as sandybridge-2015 (an extrapolation); no EOI exit: Haswell-EP has \
                 APICv (first shipped with Ivy Bridge-EP; from memory, not in the references)",
     },
@@ -82,6 +102,7 @@ pub fn era(name: &str) -> Era {
             profile: "",
             exit_refill_ns: 0,
             eoi_exit: false,
+            vcpu_reload_ns: 0,
             about: "",
         })
 }
@@ -104,5 +125,9 @@ mod tests {
         assert_eq!((none.exit_refill_ns, none.eoi_exit), (0, false));
         assert!(era("westmere-2012").eoi_exit);
         assert_eq!(SPLITX_REFILL_NS, (20_000u64 * 1_000).div_ceil(2_930));
+        // 900 cycles at 2.6 GHz.
+        assert_eq!(SNB_VCPU_RELOAD_NS, 346);
+        assert_eq!(none.vcpu_reload_ns, 0);
+        assert_eq!(era("westmere-2012").vcpu_reload_ns, 0);
     }
 }

@@ -77,6 +77,10 @@ pub struct ModelConfig {
     /// Override of the profile's EOI write exits (`crate::era`).
     #[serde(default)]
     pub eoi_exit: Option<bool>,
+    /// Override of the profile's vCPU reload (`crate::era`), e.g. 0 to charge a polled
+    /// resume the full `vm_entry_ns` again.
+    #[serde(default)]
+    pub vcpu_reload_ns: Option<u64>,
     /// Host kernel preemption model: `"voluntary"` (default: `CONFIG_PREEMPT_VOLUNTARY`, what
     /// distribution kernels ship; a vCPU thread inside an exit is preempted only at KVM's
     /// `need_resched()` check before the next VM entry) or `"full"` (`CONFIG_PREEMPT`:
@@ -188,12 +192,16 @@ impl ModelConfig {
             let era = crate::era::era(name);
             core.exit_refill_ns = era.exit_refill_ns;
             core.eoi_exit = era.eoi_exit;
+            core.vcpu_reload_ns = era.vcpu_reload_ns;
         }
         if let Some(ns) = self.exit_refill_ns {
             core.exit_refill_ns = ns;
         }
         if let Some(on) = self.eoi_exit {
             core.eoi_exit = on;
+        }
+        if let Some(ns) = self.vcpu_reload_ns {
+            core.vcpu_reload_ns = ns;
         }
         core.host_preempt_full = match self.host_preempt.as_str() {
             "voluntary" => false,

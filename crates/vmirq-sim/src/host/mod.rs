@@ -204,6 +204,9 @@ pub struct Core {
     pub exit_refill_ns: Nanos,
     /// Guest EOI writes exit (`crate::era`; never with posted interrupts).
     pub eoi_exit: bool,
+    /// Part of `vm_entry_ns` a vCPU resumed from host halt polling does not pay (`crate::era`:
+    /// the reload of a scheduled-out vCPU). 0: every resume pays `vm_entry_ns`.
+    pub vcpu_reload_ns: Nanos,
     /// A fully preemptible host kernel (`CONFIG_PREEMPT`): a vCPU thread is preempted even
     /// inside an exit. False (the default): `CONFIG_PREEMPT_VOLUNTARY`, preemption waits for
     /// the end of the exit.
@@ -241,6 +244,7 @@ impl Core {
             next_timer_ns: 4_000_000,
             exit_refill_ns: 0,
             eoi_exit: false,
+            vcpu_reload_ns: 0,
             host_preempt_full: false,
             host_sched_cfs: false,
         }

@@ -451,7 +451,11 @@ impl Core {
                 self.vcpus[v].run = Run::OnCpu;
                 self.vcpus[v].idle = Idle::Busy;
                 self.vcpus[v].work.push_front(entry);
-                self.vcpus[v].work.push_front(vm_entry);
+                // The polling thread never left its CPU: no vCPU reload (`crate::era`).
+                self.vcpus[v].work.push_front(Work {
+                    ns: vm_entry.ns.saturating_sub(self.vcpu_reload_ns),
+                    ..vm_entry
+                });
                 self.flush_before_entry(v);
                 self.dispatch(v)
             }
