@@ -42,10 +42,10 @@ pub struct Era {
 pub const SPLITX_REFILL_NS: Nanos = 6_826; // 20,000 cycles / 2.93 GHz
 
 /// The vCPU reload on the KVM Forum 2015 machine (Sandy Bridge, 2.6 GHz; seeds.md §2), from
-/// the talk's two medians of the same IPI benchmark: scheduled out 14,900 cycles = WRMSR 400
-/// + kick 1,200 + scheduler 8,500 + VM entry 3,400 + handler 1,400; polling (the thread
-/// never schedules out) 4,300 cycles, which with the same WRMSR and handler leaves 2,500
-/// for the polled resume. The difference, 3,400 - 2,500 = 900 cycles, is what only a
+/// the talk's two medians of the same IPI benchmark. Scheduled out: 14,900 cycles, the sum of
+/// WRMSR 400, kick 1,200, scheduler 8,500, VM entry 3,400 and handler 1,400. Polling (the
+/// thread never schedules out): 4,300 cycles, which with the same WRMSR and handler leaves
+/// 2,500 for the polled resume. The difference, 3,400 - 2,500 = 900 cycles, is what only a
 /// scheduled-out vCPU pays: its reload (`kvm_arch_vcpu_load` from the `kvm_sched_in` preempt
 /// notifier). A derivation from one machine's breakdown, so only the profiles whose
 /// primitives are that breakdown get it.
