@@ -53,3 +53,34 @@ fn latency_adaptive_dim_helps_short_messages_on_their_own_queue_only() {
         "none {none} dim {dim} adaptive {adaptive}"
     );
 }
+
+#[test]
+fn a_jitter_free_short_flow_lets_plain_dim_park_at_its_floor() {
+    // Analysis knob, not used by the scenario (README, fifth session): with a constant gap
+    // the short flow's 64-event windows agree, net_dim parks at its 2 us CQE floor, and the
+    // bypass gains exactly that floor; with the scenario's exponential gaps it does not.
+    let r = run_scenario(
+        "dim_virtio_net",
+        &[
+            "duration_us=30000",
+            "warmup_us=50000",
+            "workload.short_gap_fixed=true",
+        ],
+    );
+    let gain = check(
+        &r,
+        "short-message one-way latency gain, latency-adaptive vs plain DIM (own queue)",
+    )
+    .simulated;
+    assert!((1.8..2.2).contains(&gain), "own-queue gain {gain} us");
+    let exp = run_scenario("dim_virtio_net", &["duration_us=30000", "warmup_us=50000"]);
+    let gain_exp = check(
+        &exp,
+        "short-message one-way latency gain, latency-adaptive vs plain DIM (own queue)",
+    )
+    .simulated;
+    assert!(
+        gain_exp > 2.5,
+        "own-queue gain with exponential gaps {gain_exp} us"
+    );
+}

@@ -36,6 +36,10 @@ pub struct NetRxConfig {
     /// previous one, in microseconds (0 = no short flow).
     #[serde(default)]
     pub short_gap_us: u64,
+    /// The short flow's gap is exactly `short_gap_us` (a ping-pong client without jitter)
+    /// instead of exponential with that mean. An analysis knob: no bundled scenario sets it.
+    #[serde(default)]
+    pub short_gap_fixed: bool,
     /// Short message size in bytes.
     #[serde(default = "short_bytes")]
     pub short_bytes: u32,
@@ -108,6 +112,17 @@ impl NetRx {
         (u64::from(self.cfg.mtu) * 8_000).div_ceil(self.cfg.bulk_mbps.max(1))
     }
 
+    /// Gap before the short flow's next request: exponential with mean `short_gap_us`, or
+    /// exactly that with `short_gap_fixed`.
+    fn short_gap(&self, core: &mut Core) -> Nanos {
+        let mean = self.cfg.short_gap_us * 1_000;
+        if self.cfg.short_gap_fixed {
+            mean
+        } else {
+            core.rng.exp_ns(mean)
+        }
+    }
+
     /// Gap to the sender's next packet after one was sent at `now`: the wire time at the
     /// link rate inside a burst, else the wait that keeps the average at `bulk_mbps`.
     fn next_send(&mut self, now: Nanos) -> Nanos {
@@ -134,10 +149,8 @@ impl NetRx {
             core.q.schedule_in(self.bulk_gap(), Ev::Workload(BULK, 0))?;
         }
         if self.cfg.short_gap_us > 0 {
-            core.q.schedule_in(
-                core.rng.exp_ns(self.cfg.short_gap_us * 1_000),
-                Ev::Workload(SHORT, 0),
-            )?;
+            let gap = self.short_gap(core);
+            core.q.schedule_in(gap, Ev::Workload(SHORT, 0))?;
         }
         core.dispatch(0)
     }
@@ -227,7 +240,7 @@ impl NetRx {
                     if p.short {
                         core.metrics.sample("short_latency_ns", now - p.arrived);
                         core.metrics.count("short_msgs");
-                        let gap = core.rng.exp_ns(self.cfg.short_gap_us * 1_000);
+                        let gap = self.short_gap(core);
                         core.q.schedule_in(gap, Ev::Workload(SHORT, 0))?;
                     } else if self.cfg.window_pkts > 0 {
                         core.q
