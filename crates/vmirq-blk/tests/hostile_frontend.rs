@@ -628,7 +628,7 @@ fn a_new_connection_recovers_a_broken_queue(cfg: &Cfg) {
 /// The frontend truncates region 0's memfd to 4 KiB after SET_MEM_TABLE and I/O (its rings
 /// for queue 0 stay inside the first page; headers and buffers lie past 1 MiB), then kicks
 /// a read whose header, buffer and status are gone: without the SIGBUS handler the backend
-/// process (this test binary) dies. Now: the request is not completed, queue 0 breaks, the
+/// process (this test binary) dies. Now: the request is not completed, a queue breaks, the
 /// backend drops the connection and counts it, and a fresh libblkio connection does
 /// verified I/O.
 fn a_frontend_that_truncates_its_memory_loses_only_its_connection(cfg: &Cfg) {
@@ -663,10 +663,13 @@ fn a_frontend_that_truncates_its_memory_loses_only_its_connection(cfg: &Cfg) {
     );
     // Queue 0's used ring is in the page that is still backed: no completion appeared.
     assert_eq!(s.wait_used(0, 1, Duration::from_millis(20)), vec![]);
-    assert!(
-        srv.handle.counters()[0].queue.broken >= 1,
-        "queue 0 not broken"
-    );
+    // The truncation also took queue 1's rings (they start at 128 KiB): whichever worker
+    // touches the gone pages first breaks its queue and ends the connection, after which
+    // queue 0's worker may never handle the kick. CI saw that once (queue 0 not broken, about
+    // 1 in 20 loaded runs of this binary; a queue 1 worker breaking on revoked memory was
+    // logged at that moment). So: some queue broke, not necessarily queue 0.
+    let broken: u64 = srv.handle.counters().iter().map(|c| c.queue.broken).sum();
+    assert!(broken >= 1, "no queue broken");
     drop(s);
     assert_fresh_connection_serves(&srv, 82);
     assert_eq!(srv.handle.memory_revoked(), before + 1);
