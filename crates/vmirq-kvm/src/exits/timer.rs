@@ -47,6 +47,9 @@ pub struct TimerLoop {
     pub halts: VcpuStats,
     /// Exits to the VMM during the loop.
     pub user_exits: u64,
+    /// Median time between two consecutive exits to the VMM, host TSC at each exit (the
+    /// running loop's `out` iteration; 0 for the halt loops).
+    pub exit_period_ns: u64,
 }
 
 /// Result of [`measure`].
@@ -60,7 +63,8 @@ pub struct TimerWake {
     pub slept: TimerLoop,
     /// The timer taken while the vCPU loops on `out` exits to the VMM.
     pub running: TimerLoop,
-    /// Mean time of one `out` iteration of the running loop (its time over its exits).
+    /// One `out` iteration of the running loop: the median time between consecutive exits
+    /// to the VMM (host TSC read at each exit).
     pub running_period_ns: u64,
     /// Share of the polled loop's halts that KVM's poll caught (%).
     pub polled_share_pct: f64,
@@ -87,8 +91,7 @@ pub fn measure_count(count: u32, iterations: u32, clock: TscClock) -> Result<Tim
     let polled = run(TimerIdle::Halt, Some(POLL_NS), count, iterations, clock)?;
     let slept = run(TimerIdle::Halt, Some(0), count, iterations, clock)?;
     let running = run(TimerIdle::OutLoop, None, count, iterations, clock)?;
-    let busy_ns = (running.lat_ns.mean + u64::from(count)) * u64::from(iterations);
-    let running_period_ns = busy_ns / running.user_exits.max(1);
+    let running_period_ns = running.exit_period_ns;
     let at_entry = signed(running.lat_ns.p50) - signed(running_period_ns / 2);
     #[allow(clippy::cast_precision_loss, reason = "halt counts are far below 2^52")]
     let polled_share_pct =
@@ -135,6 +138,7 @@ fn run(
     // An `out` iteration takes a few us here; bound the exits generously (a timer every 20 us).
     let max_exits = u64::from(n) * (u64::from(count) / 200 + 20) + 100;
     let mut out_exits = 0u64;
+    let mut exit_tsc: Vec<u64> = Vec::new();
     std::thread::scope(|s| {
         s.spawn(|| {
             pin_to(0)?;
@@ -145,6 +149,9 @@ fn run(
                 |exit| match exit {
                     VcpuExit::IoOut(port::PIO_USER, _) if idle == TimerIdle::OutLoop => {
                         out_exits += 1;
+                        if exit_tsc.len() < 1 << 20 {
+                            exit_tsc.push(crate::host::rdtsc());
+                        }
                         Ok(Next::Continue)
                     }
                     VcpuExit::Hlt => Ok(Next::Continue),
@@ -177,9 +184,14 @@ fn run(
     }
     // Only the measured iterations' exits count towards the running loop's period.
     let user_exits = out_exits * u64::from(iterations) / u64::from(n);
+    let mut gaps: Vec<u64> = exit_tsc
+        .windows(2)
+        .map(|w| clock.ns(w[1].saturating_sub(w[0])))
+        .collect();
     Ok(TimerLoop {
         lat_ns: Summary::of(&mut ns),
         halts,
         user_exits,
+        exit_period_ns: Summary::of(&mut gaps).p50,
     })
 }
