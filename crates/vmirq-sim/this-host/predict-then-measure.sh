@@ -31,6 +31,10 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$top"
 [ -x "$vmirq" ] || { echo "no vmirq binary at $vmirq (cargo build --release -p vmirq)" >&2; exit 2; }
+case $out/ in
+  "$top"/*) ;;
+  *) [ "${NO_COMMIT:-0}" = 1 ] || { echo "$out is outside the repository $top: it could not be committed" >&2; exit 2; } ;;
+esac
 if [ -n "$(ls -A "$out")" ]; then
   echo "$out is not empty: use a new directory per window" >&2
   exit 2
