@@ -53,6 +53,12 @@ pub struct Costs {
     /// A waker noticing a polling idle CPU through its polling flag (one cache line
     /// transfer between cores). Assumption: ~100 ns; not measured here.
     pub poll_notice_ns: Nanos,
+    /// KVM's halt-poll loop (check, `cpu_relax()`, clock read) noticing an interrupt another
+    /// CPU made pending, charged on every wake the host poll catches. 0 in the era profiles:
+    /// the 2015 breakdown's "VM entry 3,400" cycles after a poll is all they charge, so it
+    /// is folded in there. `this-host` profiles (v4 on) measure it (`primitives
+    /// pollnotice`: a PAUSE-and-clock spinner seeing another CPU's store).
+    pub halt_poll_notice_ns: Nanos,
     /// Host context switch between two runnable threads on a busy pCPU. Assumption: about
     /// half the scheduler wakeup cost (no idle exit, no IPI).
     pub context_switch_ns: Nanos,
@@ -92,6 +98,7 @@ impl Default for Costs {
             native_irq_entry_ns: snb_cycles(300),
             native_msr_ns: snb_cycles(100),
             poll_notice_ns: 100,
+            halt_poll_notice_ns: 0,
             context_switch_ns: snb_cycles(4_250),
             timeslice_ns: 3_000_000,
             host_irq_ns: snb_cycles(1_400),
@@ -125,7 +132,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 17] = [
+pub const FIELDS: [&str; 18] = [
     "wrmsr_exit_ns",
     "exit_roundtrip_ns",
     "kick_ns",
@@ -136,6 +143,7 @@ pub const FIELDS: [&str; 17] = [
     "native_irq_entry_ns",
     "native_msr_ns",
     "poll_notice_ns",
+    "halt_poll_notice_ns",
     "context_switch_ns",
     "timeslice_ns",
     "min_granularity_ns",

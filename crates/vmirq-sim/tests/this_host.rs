@@ -72,3 +72,24 @@ fn every_this_host_scenario_runs_with_its_profile() {
     assert!(per("none") > 0.9, "none notifies every completion");
     assert!(per("count") < 0.5 * per("none"));
 }
+
+#[test]
+fn halt_poll_notice_is_charged_on_polled_wakes_only() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=40000".into());
+    sets.push("warmup_us=4000".into());
+    sets.push("costs.halt_poll_notice_ns=321".into());
+    let refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let r = run_scenario("this_host_wake", &refs);
+    let entry = cost(&sets, "vm_entry_ns") + cost(&sets, "guest_irq_entry_ns");
+    let slept = cost(&sets, "kick_ns") + cost(&sets, "sched_wakeup_ns") + entry;
+    assert_eq!(
+        value(&r, "irqfd-100-poll200", "wakeup_ns.p50"),
+        entry + 321.0
+    );
+    assert_eq!(value(&r, "irqfd-100-off", "wakeup_ns.p50"), slept);
+    assert_eq!(
+        value(&r, "ipi-100-poll200", "wakeup_ns.p50"),
+        entry + 321.0 + cost(&sets, "wrmsr_exit_ns")
+    );
+}

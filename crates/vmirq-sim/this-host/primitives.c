@@ -9,6 +9,10 @@
  *             to the woken thread's first instruction after read() returns.
  *   notice    the target spins on a shared word (a polling idle loop); `wake_ns` is from
  *             the writer's store to the spinner seeing it (one cache-line transfer).
+ *   pollnotice the same, but the target spins the way KVM's halt-poll loop does
+ *             (kvm_vcpu_halt: check, cpu_relax() = PAUSE, ktime_get(), compare with the
+ *             window's end): the PAUSE may exit to the outer hypervisor (pause-loop
+ *             exiting) on a nested host, and the clock read is in every iteration.
  *   timerfd   a thread on CPU `to` sleeps on a relative timerfd of `interval` us;
  *             `wake_ns` is from the timer's expiry to the thread running.
  *   signal    a thread on CPU `from` writes an eventfd that no thread waits on (then reads
@@ -89,6 +93,15 @@ static void *target(void *arg)
 				if (errno != EINTR)
 					exit(3);
 			t = now_ns();
+		} else if (strcmp(mode, "pollnotice") == 0) {
+			uint64_t stop = now_ns() + 10ull * 1000000000ull; /* never reached in a run */
+			while (atomic_load_explicit(&posted, memory_order_acquire) == 0) {
+				__builtin_ia32_pause();
+				if (now_ns() > stop)
+					exit(4);
+			}
+			t = now_ns();
+			atomic_store(&posted, 0);
 		} else {
 			while (atomic_load_explicit(&posted, memory_order_acquire) == 0)
 				;
@@ -163,7 +176,7 @@ static int run_signal(int cpu, int interval_us, uint64_t *write_ns)
 int main(int argc, char **argv)
 {
 	if (argc != 6) {
-		fprintf(stderr, "usage: %s wake|notice|timerfd|signal FROM_CPU TO_CPU INTERVAL_US SAMPLES\n",
+		fprintf(stderr, "usage: %s wake|notice|pollnotice|timerfd|signal FROM_CPU TO_CPU INTERVAL_US SAMPLES\n",
 			argv[0]);
 		return 2;
 	}
@@ -183,7 +196,8 @@ int main(int argc, char **argv)
 		return run_timerfd(to_cpu, interval_us);
 	if (strcmp(mode, "signal") == 0)
 		return run_signal(from, interval_us, write_ns);
-	if (strcmp(mode, "wake") != 0 && strcmp(mode, "notice") != 0)
+	if (strcmp(mode, "wake") != 0 && strcmp(mode, "notice") != 0 &&
+	    strcmp(mode, "pollnotice") != 0)
 		return 2;
 	efd = eventfd(0, 0);
 	pthread_t th;

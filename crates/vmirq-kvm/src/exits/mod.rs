@@ -3,9 +3,11 @@
 
 pub mod reentry;
 mod report;
+pub mod timer;
 
 pub use reentry::Reentry;
 pub use report::{html, table};
+pub use timer::TimerWake;
 
 use crate::costs::{Costs, CostsFile};
 use crate::dist::Summary;
@@ -61,6 +63,9 @@ pub struct ExitsReport {
     pub wake_cells: Vec<(String, Cell)>,
     /// Re-entry after the vCPU thread slept (see [`Reentry`]); `None` if it failed here.
     pub reentry: Option<Reentry>,
+    /// A halt woken by the vCPU's own LAPIC timer, polled / slept / running (see
+    /// [`TimerWake`]); `None` if it failed here (the reason is logged).
+    pub timer: Option<TimerWake>,
     /// The costs file content.
     pub costs: CostsFile,
 }
@@ -153,6 +158,9 @@ pub fn measure_all(
     }
     let wake_cells = wake_cells(wake_samples, clock)?;
     let reentry = reentry::measure(iterations, clock).ok();
+    let timer = timer::measure(iterations, clock)
+        .map_err(|e| tracing::warn!(%e, "LAPIC timer wake loops failed"))
+        .ok();
     let costs = costs_of(&ops, &wake_cells);
     Ok(ExitsReport {
         tsc_ghz: clock.ghz,
@@ -162,6 +170,7 @@ pub fn measure_all(
         failed,
         wake_cells,
         reentry,
+        timer,
         costs: CostsFile::new(source, costs),
     })
 }

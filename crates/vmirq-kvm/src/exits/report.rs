@@ -39,10 +39,33 @@ pub fn table(r: &ExitsReport) -> Table {
             "-".into(),
         ]);
     }
+    if let Some(w) = &r.timer {
+        for (name, l, extra) in [
+            ("timer_hlt_polled", &w.polled, Some(w.polled_extra_ns)),
+            ("timer_hlt_slept", &w.slept, Some(w.slept_extra_ns)),
+            ("timer_running_out", &w.running, None),
+        ] {
+            t.row(vec![
+                name.into(),
+                l.lat_ns.n.to_string(),
+                us(l.lat_ns.p50),
+                us(l.lat_ns.p99),
+                extra.map_or_else(|| "-".into(), signed_us),
+                l.user_exits.to_string(),
+            ]);
+        }
+    }
     for (op, why) in &r.failed {
         t.row(vec![format!("{op:?}"), "failed".into(), why.clone()]);
     }
     t
+}
+
+/// Signed nanoseconds as microseconds with one decimal.
+fn signed_us(ns: i64) -> String {
+    #[allow(clippy::cast_precision_loss, reason = "display only")]
+    let v = ns as f64 / 1000.0;
+    format!("{v:.1}")
 }
 
 /// HTML page: a chart of net costs, the table and the costs file.

@@ -8,6 +8,7 @@
 pub mod device;
 pub mod exits;
 pub mod ipi;
+pub mod timer;
 pub mod wake;
 
 use crate::error::{Error, Result};

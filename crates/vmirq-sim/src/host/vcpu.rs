@@ -457,6 +457,14 @@ impl Core {
                     ..vm_entry
                 });
                 self.flush_before_entry(v);
+                if self.costs.halt_poll_notice_ns > 0 {
+                    // The poll loop sees the pending interrupt at its next check.
+                    self.vcpus[v].work.push_front(Work {
+                        ns: self.costs.halt_poll_notice_ns,
+                        cat: Cat::Exit,
+                        tag: Tag::Plain,
+                    });
+                }
                 self.dispatch(v)
             }
             (Run::Blocked, _) => {

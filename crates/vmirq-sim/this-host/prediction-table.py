@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""The prediction of one predict-then-measure.sh window as Markdown (issue 16).
+Usage: prediction-table.py OUT_DIR LABEL PROFILE_FLAGS
+Reads OUT_DIR/profile.json, prediction-wake.json and prediction-device.json (written by
+`vmirq sim` with that profile); prints the profile's costs with their derivation, then the
+predicted p50 and polled share of every `vmirq kvm wake` cell and the `vmirq kvm device`
+numbers that compare.py later sets against the measurement."""
+import json
+import os
+import sys
+
+
+def main():
+    d, label, flags = sys.argv[1], sys.argv[2], sys.argv[3]
+    prof = json.load(open(os.path.join(d, "profile.json")))
+    wake = json.load(open(os.path.join(d, "prediction-wake.json")))["runs"]
+    dev = json.load(open(os.path.join(d, "prediction-device.json")))["runs"]
+    print(f"# this-host prediction ({label} window), profile `make-profile.py {flags}`\n")
+    print(f"Profile source: {prof['source']}\n")
+    print("| cost | ns | derivation | input median [min, max] |")
+    print("|---|---|---|---|")
+    inputs = prof["inputs_median_min_max"]
+    for k, v in prof["costs_ns"].items():
+        src = prof["derivation"].get(k, "")
+        inp = inputs.get(k) or (inputs.get("insn") if "insn" in src else None)
+        print(f"| {k} | {v} | {src} | {inp if inp else ''} |")
+    rec = {k: v for k, v in inputs.items() if k not in prof["costs_ns"] and k != "insn"}
+    if rec:
+        print("\nAlso measured in this window (median [min, max] over rounds): "
+              + "; ".join(f"{k} {v}" for k, v in sorted(rec.items())))
+    print("\n| `vmirq kvm wake` cell (other core) | predicted p50 µs | predicted polled % |")
+    print("|---|---|---|")
+    for name, run in sorted(wake.items()):
+        v = run["values"]
+        pol = 100.0 * v.get("host_poll_hits", 0.0) / max(v["halts"], 1)
+        print(f"| {name} | {v['wakeup_ns.p50'] / 1e3:.2f} | {pol:.0f} |")
+    print("\n| `vmirq kvm device` | completions/s | notifications / completion | "
+          "interrupts / completion | latency p50 µs |")
+    print("|---|---|---|---|---|")
+    for name, run in dev.items():
+        v = run["values"]
+        done = v["ios_completed"]
+        print(f"| {name} | {v['ios_completed.per_s']:.0f} | {v['notifications'] / done:.3f} | "
+              f"{v['guest_interrupts'] / done:.3f} | {v['io_latency_ns.p50'] / 1e3:.1f} |")
+
+
+main()
