@@ -16,7 +16,8 @@
 //!    (`next_avail` put back), the source is marked blocked on the destination and its
 //!    refill kick armed, exactly as on the per-port path: no loss.
 
-use super::{lock, Attached, Dests, Fabric, Sent, TxReturn, ARM_ATTEMPTS};
+use super::tx_return::{TxReturn, TxUsed};
+use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
@@ -60,6 +61,7 @@ pub(super) struct BurstScratch {
     rx: RxScratch,
     used: UsedBatch,
     metas: Vec<CompletionMeta>,
+    tx_used: TxUsed,
     dests: Dests,
     /// The source's available ring broke during the last burst.
     pub(super) broken: bool,
@@ -117,7 +119,9 @@ impl Fabric {
         tx.state
             .get_queue_mut()
             .set_next_avail(start.wrapping_add(u16::try_from(done).unwrap_or(u16::MAX)));
-        self.complete(src, tx, ctl, mem, &b.taken[..done]);
+        if self.complete(src, tx, ctl, mem, &b.taken[..done], &mut b.tx_used) {
+            b.broken = true; // its used ring broke: stop looking at it
+        }
         let mut dests = std::mem::take(&mut b.dests);
         self.flush_dests(&mut dests);
         dests.cache.clear();
@@ -366,7 +370,7 @@ impl Fabric {
     }
 
     /// Step 3: the consumed chains go to the source's used ring, with the transmit
-    /// queue's moderation.
+    /// queue's moderation. Returns whether the used ring broke.
     fn complete(
         &self,
         src: usize,
@@ -374,12 +378,13 @@ impl Fabric {
         ctl: &mut TxCtl,
         mem: &GuestMemoryMmap,
         taken: &[Taken],
-    ) {
+        used: &mut TxUsed,
+    ) -> bool {
         if taken.is_empty() {
-            return;
+            return false;
         }
         let c = &self.slots[src].counters;
-        let mut back = TxReturn::new(ctl);
+        let mut back = TxReturn::new(used);
         for t in taken {
             let bytes = match t.bad {
                 None => {
@@ -401,6 +406,6 @@ impl Fabric {
                 break;
             }
         }
-        back.finish(ctl, tx, mem, src);
+        back.finish(ctl, tx, mem, c)
     }
 }
