@@ -347,16 +347,14 @@ impl Fabric {
             state: &mut rx,
             window,
         };
-        let mut result = Ok(());
-        for meta in b.metas.drain(..) {
-            if let Err(e) = notifier.completed(&mut batch, meta, &mut ring, &mem) {
-                result = Err(e);
-            }
-        }
+        // The run's completions in one call (the same decisions as one per frame); the
+        // first `Notify` covers them all, published above.
         let done = notifier
-            .completions_done(batch, &mut ring, &mem)
+            .completed_all(&mut batch, &b.metas, &mut ring, &mem)
+            .and_then(|_| notifier.completions_done(batch, &mut ring, &mem))
             .and_then(|last| notifier.follow(last));
-        if let Err(e) = result.and(done) {
+        b.metas.clear();
+        if let Err(e) = done {
             tracing::warn!(port = dst, error = %e, "receive notification failed");
         }
         if broken {

@@ -4,7 +4,8 @@
 //! The used ring is written by [`crate::rx::publish_used`] (as the receive side does), not
 //! by virtio-queue's `add_used`: the entries of up to [`CHUNK`] chains are written, then
 //! published with ONE used-index store, then the moderation policy sees the chunk's
-//! submissions and completions and makes its notification decision for the whole chunk
+//! submissions and completions (one call each, `Moderation::on_submits` and
+//! `on_completions`) and makes its notification decision for the whole chunk
 //! through the queue's [`UsedWindow`](crate::rx::UsedWindow) ([`TxRing`]). The rules of
 //! `add_used` stay: a head outside the descriptor table is refused (the queue is broken),
 //! the index wraps at 2^16 and the slot at the ring size, a used ring outside guest memory
@@ -139,22 +140,17 @@ impl<'s> TxReturn<'s> {
             mem: tx.mem,
             window,
         };
+        // The chunk's events in one call each (the same decisions as one per chain).
+        let n = u32::try_from(self.s.metas.len()).unwrap_or(u32::MAX);
         let mut subs = Submissions::default();
-        for _ in &self.s.metas {
-            notifier.submitted(&mut subs);
-        }
+        notifier.submitted_n(&mut subs, n);
         let mut batch = notifier.completions();
-        let mut done = notifier.submissions_done(&subs, &mut ring, mem).map(|_| ());
-        for meta in self.s.metas.drain(..) {
-            done = done.and(
-                notifier
-                    .completed(&mut batch, meta, &mut ring, mem)
-                    .map(|_| ()),
-            );
-        }
-        let done = done
-            .and_then(|()| notifier.completions_done(batch, &mut ring, mem))
+        let done = notifier
+            .submissions_done(&subs, &mut ring, mem)
+            .and_then(|_| notifier.completed_all(&mut batch, &self.s.metas, &mut ring, mem))
+            .and_then(|_| notifier.completions_done(batch, &mut ring, mem))
             .and_then(|last| notifier.follow(last));
+        self.s.metas.clear();
         if let Err(e) = done {
             tracing::warn!(error = %e, "transmit notification failed");
         }

@@ -103,6 +103,11 @@ impl Tx {
     fn signals(&self) -> u64 {
         self.q.notifications.load(Ordering::Relaxed)
     }
+
+    /// Notification decisions made (signals sent and refused).
+    fn decisions(&self) -> u64 {
+        self.signals() + self.q.suppressed.load(Ordering::Relaxed)
+    }
 }
 
 #[test]
@@ -126,7 +131,9 @@ fn a_long_batch_is_published_chunk_by_chunk() {
     let heads: Vec<u16> = (0..CHUNK + 3).map(|i| [0, 1, 2, 3][i % 4]).collect();
     assert!(!tx.give_back(&heads));
     assert_eq!(usize::from(tx.used_idx()), CHUNK + 3);
-    // Without EVENT_IDX (and NO_INTERRUPT clear) every chunk's decision signals.
+    // One notification decision per chunk (not one per chain); without EVENT_IDX (and
+    // NO_INTERRUPT clear) each signals.
+    assert_eq!(tx.decisions(), 2);
     assert_eq!(tx.signals(), 2);
 }
 
