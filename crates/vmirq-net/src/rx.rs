@@ -66,9 +66,9 @@ pub enum FrameSrc<'a, 'm> {
     /// Bytes of this process.
     Bytes(&'a [u8]),
     /// A transmit chain in another frontend's memory, copied from there straight into the
-    /// receive buffers: `head` (the Ethernet header the switch routed on, already copied
-    /// out), then the chain's bytes from offset `skip` (its net header and the Ethernet
-    /// header) on, `len` bytes in all. The descriptors were checked to lie inside `mem`
+    /// receive buffers: `head` (the frame's first bytes, already copied out: the Ethernet
+    /// header the switch routed on, or a short frame whole), then the chain's bytes from
+    /// offset `skip` (its net header and `head`) on, `len` bytes in all. The descriptors were checked to lie inside `mem`
     /// ([`crate::tx::scan_chain`]); a copy that fails anyway (the memory changed) makes the
     /// receive chains go back unused.
     Guest {
@@ -76,7 +76,7 @@ pub enum FrameSrc<'a, 'm> {
         mem: &'a RegionCache<'m>,
         /// The transmit chain's descriptors.
         descs: &'a [Descriptor],
-        /// The routed Ethernet header.
+        /// The frame's first bytes (at least its Ethernet header).
         head: &'a [u8],
         /// Bytes of the chain before the rest of the frame.
         skip: usize,

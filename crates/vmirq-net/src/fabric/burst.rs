@@ -3,7 +3,8 @@
 //!
 //! 1. Take: each chain is checked as [`crate::tx::read_chain`] does (ring rules, readable
 //!    descriptors inside guest memory, length bounds, the net header), but only its net
-//!    and Ethernet headers are copied out ([`scan_chain`]); the switch routes on those.
+//!    and Ethernet headers, and the rest of a short frame, are copied out ([`scan_chain`]);
+//!    the switch routes on those.
 //! 2. Deliver, in ring order: consecutive frames for one destination are written into its
 //!    receive queue under one RX vring lock and one moderation lock, each frame copied once,
 //!    straight from the source's memory into the receive buffers
@@ -25,7 +26,7 @@ use crate::regions::RegionCache;
 use crate::rings::AvailView;
 use crate::rx::{arm_refill_kick, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
 use crate::switch::Route;
-use crate::tx::{gather_frame, scan_chain, TxError, PREFIX_LEN};
+use crate::tx::{gather_frame, scan_chain, TxError, COPY_LEN};
 use crate::virtio::HDR_LEN;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -45,16 +46,26 @@ struct Taken {
     descs: Range<usize>,
     /// Frame length (net header excluded); 0 for a bad chain.
     len: usize,
-    prefix: [u8; PREFIX_LEN],
     /// Why the chain is dropped, if it is.
     bad: Option<TxError>,
     route: Route,
+}
+
+impl Taken {
+    /// Bytes of the chain in its [`BurstScratch::prefixes`] entry (net header included).
+    fn copied(&self) -> usize {
+        (HDR_LEN + self.len).min(COPY_LEN)
+    }
 }
 
 /// Reusable buffers of a burst (no allocation per frame once warm).
 #[derive(Default)]
 pub(super) struct BurstScratch {
     taken: Vec<Taken>,
+    /// Each taken chain's first bytes (`tx::scan_chain`): net header, Ethernet header,
+    /// and a short frame whole (kept apart from `taken`, and reused, so that no frame
+    /// moves these bytes around).
+    prefixes: Vec<[u8; COPY_LEN]>,
     descs: Vec<Descriptor>,
     one: Vec<Descriptor>,
     frame: Vec<u8>,
@@ -166,8 +177,12 @@ impl Fabric {
                     break;
                 }
             };
-            let mut prefix = [0u8; PREFIX_LEN];
-            let scanned = scan_chain(from, &table, head, &mut b.one, &mut prefix);
+            let k = b.taken.len();
+            if b.prefixes.len() <= k {
+                b.prefixes.push([0; COPY_LEN]);
+            }
+            let prefix = &mut b.prefixes[k];
+            let scanned = scan_chain(from, &table, head, &mut b.one, prefix);
             let at = b.descs.len();
             b.descs.extend_from_slice(&b.one);
             let route = match scanned {
@@ -178,7 +193,6 @@ impl Fabric {
                 head,
                 descs: at..b.descs.len(),
                 len: scanned.unwrap_or(0),
-                prefix,
                 bad: scanned.err(),
                 route,
             });
@@ -276,7 +290,8 @@ impl Fabric {
             blocked: false,
         };
         let mut broken = false;
-        for t in &b.taken[run] {
+        for k in run {
+            let t = &b.taken[k];
             if broken {
                 PortCounters::add(&self.slots[src].counters.tx_no_destination, 1);
                 end.consumed += 1;
@@ -285,8 +300,8 @@ impl Fabric {
             let frame = FrameSrc::Guest {
                 mem: from,
                 descs: &b.descs[t.descs.clone()],
-                head: &t.prefix[HDR_LEN..],
-                skip: PREFIX_LEN,
+                head: &b.prefixes[k][HDR_LEN..t.copied()],
+                skip: t.copied(),
                 len: t.len,
             };
             let q = rx.get_queue_mut();
@@ -316,7 +331,9 @@ impl Fabric {
                     PortCounters::add(&c.rx_bytes, t.len as u64);
                     PortCounters::add(&c.rx_buffers, u64::from(n));
                     let bytes = u32::try_from(t.len).unwrap_or(u32::MAX);
-                    let meta = if ctl.classify {
+                    let meta = if ctl.classify && t.copied() == HDR_LEN + t.len {
+                        classify(&b.prefixes[k][HDR_LEN..t.copied()]).completion_meta()
+                    } else if ctl.classify {
                         match gather_frame(from.mem(), &b.descs[t.descs.clone()], &mut b.frame) {
                             Ok(()) => classify(&b.frame).completion_meta(),
                             Err(_) => CompletionMeta::new(RequestKind::Read, bytes),
