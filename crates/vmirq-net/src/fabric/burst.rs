@@ -290,6 +290,8 @@ impl Fabric {
             blocked: false,
         };
         let mut broken = false;
+        // Counted once for the run (one atomic add per counter, not per frame).
+        let mut sum = [0u64; 3]; // frames, bytes, buffers
         for k in run {
             let t = &b.taken[k];
             if broken {
@@ -327,9 +329,9 @@ impl Fabric {
             }
             match out {
                 RxOutcome::Delivered(n) => {
-                    PortCounters::add(&c.rx_frames, 1);
-                    PortCounters::add(&c.rx_bytes, t.len as u64);
-                    PortCounters::add(&c.rx_buffers, u64::from(n));
+                    sum[0] += 1;
+                    sum[1] += t.len as u64;
+                    sum[2] += u64::from(n);
                     let bytes = u32::try_from(t.len).unwrap_or(u32::MAX);
                     let meta = if ctl.classify && t.copied() == HDR_LEN + t.len {
                         classify(&b.prefixes[k][HDR_LEN..t.copied()]).completion_meta()
@@ -352,6 +354,11 @@ impl Fabric {
                 RxOutcome::Broken => broken = true,
             }
             end.consumed += 1;
+        }
+        if sum[0] > 0 {
+            PortCounters::add(&c.rx_frames, sum[0]);
+            PortCounters::add(&c.rx_bytes, sum[1]);
+            PortCounters::add(&c.rx_buffers, sum[2]);
         }
         if !b.used.is_empty() && b.used.publish(rx.get_queue_mut(), &mem).is_err() {
             broken = true;
@@ -400,11 +407,13 @@ impl Fabric {
         }
         let c = &self.slots[src].counters;
         let mut back = TxReturn::new(used);
+        // Counted once for the burst (one atomic add per counter, not per frame).
+        let (mut frames, mut sent) = (0u64, 0u64);
         for t in taken {
             let bytes = match t.bad {
                 None => {
-                    PortCounters::add(&c.tx_frames, 1);
-                    PortCounters::add(&c.tx_bytes, t.len as u64);
+                    frames += 1;
+                    sent += t.len as u64;
                     u32::try_from(t.len).unwrap_or(u32::MAX)
                 }
                 Some(TxError::Header(_)) => {
@@ -420,6 +429,10 @@ impl Fabric {
             if !back.chain(ctl, tx, mem, t.head, bytes, c) {
                 break;
             }
+        }
+        if frames > 0 {
+            PortCounters::add(&c.tx_frames, frames);
+            PortCounters::add(&c.tx_bytes, sent);
         }
         back.finish(ctl, tx, mem, c)
     }
