@@ -7,11 +7,18 @@
 #
 #   scripts/net-poll64-callgrind.sh [DATAPATH...]     (default: per-port pmd)
 #
+# VMIRQ=path: measure that binary instead of building one (e.g. a copy of an older build,
+# to compare two revisions). KEEP=dir: keep the callgrind outputs there (cg.DATAPATH), for
+# `callgrind_annotate --inclusive=yes` or a self-cost profile.
+#
 # Needs: valgrind, a release build (built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p vmirq --bin vmirq
-vmirq=$PWD/target/release/vmirq
+vmirq=${VMIRQ:-}
+if [ -z "$vmirq" ]; then
+  cargo build --release -q -p vmirq --bin vmirq
+  vmirq=$PWD/target/release/vmirq
+fi
 command -v valgrind >/dev/null || { echo "valgrind not installed" >&2; exit 1; }
 work=$(mktemp -d)
 srv=
@@ -35,4 +42,5 @@ for dp in "${dps[@]}"; do
       awk '{ gsub(",", "", $1); print $1 }' || true)
     if [ -n "$ir" ]; then echo "$dp frames=$frames ${f% \\[} Ir/frame=$((ir / frames))"; fi
   done
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work/cg.$dp" "$work/srv.txt" "$KEEP/" && mv "$KEEP/srv.txt" "$KEEP/srv.$dp.txt"; fi
 done

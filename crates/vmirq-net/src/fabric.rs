@@ -16,11 +16,14 @@
 //! effort: a destination without room drops its copy and counts it.
 
 mod burst;
+mod tx_return;
+
+use tx_return::{TxReturn, TxUsed};
 
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::pmd::Pmd;
-use crate::queues::{RxCtl, RxRing, TxCtl};
+use crate::queues::{RxCtl, RxRing, TxCtl, TxRing};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
 use crate::tap::Tap;
@@ -35,7 +38,7 @@ use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::DescTable;
 use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
-use vmirq_vhost::notify::{Completions, Submissions};
+use vmirq_vhost::notify::Completions;
 use vmirq_vhost::poll::{has_work, PollStart};
 use vmirq_vhost::sigbus::{revoked_in, Revocation};
 use vmirq_vhost::LiveRing;
@@ -360,7 +363,7 @@ impl Fabric {
         limit: usize,
     ) -> (BatchEnd, usize) {
         let c = &self.slots[src].counters;
-        let mut back = TxReturn::new(ctl);
+        let mut back = TxReturn::new(&mut scratch.used);
         let mut end = BatchEnd::More;
         let mut taken = 0;
         for _ in 0..limit {
@@ -426,7 +429,9 @@ impl Fabric {
                 break;
             }
         }
-        back.finish(ctl, tx, mem, src);
+        if back.finish(ctl, tx, mem, c) {
+            end = BatchEnd::Stop;
+        }
         (end, taken)
     }
 
@@ -450,7 +455,15 @@ impl Fabric {
                 ctl.poller.hit(now);
                 return true;
             }
-            let _ = ctl.notifier.fire_due(now, tx, mem);
+            let TxCtl {
+                notifier, window, ..
+            } = &mut *ctl;
+            let mut ring = TxRing {
+                state: &mut *tx.state,
+                mem: tx.mem,
+                window,
+            };
+            let _ = notifier.fire_due(now, &mut ring, mem);
             self.fire_rx_due(src, me, now);
             if !ctl.poller.spin(&mut w, now, false) {
                 return ctl.poller.finish(tx, mem).unwrap_or(false);
@@ -508,11 +521,15 @@ impl Fabric {
             let mut tx = me.tx.get_mut();
             let mem = me.mem.memory();
             let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-            let mut ring = LiveRing {
+            let TxCtl {
+                notifier, window, ..
+            } = &mut *ctl;
+            let mut ring = TxRing {
                 state: &mut tx,
                 mem: &me.mem,
+                window,
             };
-            ctl.notifier.take_expiry() && ctl.notifier.on_timer(&mut ring, &mem).unwrap_or(false)
+            notifier.take_expiry() && notifier.on_timer(&mut ring, &mem).unwrap_or(false)
         };
         if resume {
             match &self.pmd {
@@ -784,60 +801,11 @@ struct Scratch {
     descs: Vec<virtio_queue::desc::split::Descriptor>,
     frame: Vec<u8>,
     rx: RxScratch,
+    used: TxUsed,
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
     static BURST_SCRATCH: std::cell::RefCell<burst::BurstScratch> =
         std::cell::RefCell::new(burst::BurstScratch::default());
-}
-
-/// Transmit chains going back to their driver in one batch, through the queue's moderation:
-/// the per-port loop and the pmd bursts both return their chains this way.
-struct TxReturn {
-    subs: Submissions,
-    batch: Completions,
-}
-
-impl TxReturn {
-    fn new(ctl: &TxCtl) -> Self {
-        Self {
-            subs: Submissions::default(),
-            batch: ctl.notifier.completions(),
-        }
-    }
-
-    /// Chain `head` (which carried `bytes` of frame) to the used ring; false when the ring
-    /// or its notification broke (counted), which ends the batch.
-    fn chain(
-        &mut self,
-        ctl: &mut TxCtl,
-        tx: &mut LiveRing<'_>,
-        mem: &GuestMemoryMmap,
-        head: u16,
-        bytes: u32,
-        c: &PortCounters,
-    ) -> bool {
-        ctl.notifier.submitted(&mut self.subs);
-        if tx.state.get_queue_mut().add_used(mem, head, 0).is_err() {
-            PortCounters::add(&c.queue_broken, 1);
-            return false;
-        }
-        let meta = CompletionMeta::new(RequestKind::Write, bytes);
-        ctl.notifier
-            .completed(&mut self.batch, meta, tx, mem)
-            .is_ok()
-    }
-
-    /// The batch is complete: the moderation decides on its notification.
-    fn finish(self, ctl: &mut TxCtl, tx: &mut LiveRing<'_>, mem: &GuestMemoryMmap, port: usize) {
-        let done = ctl
-            .notifier
-            .submissions_done(&self.subs, tx, mem)
-            .and_then(|_| ctl.notifier.completions_done(self.batch, tx, mem))
-            .and_then(|last| ctl.notifier.follow(last));
-        if let Err(e) = done {
-            tracing::warn!(port, error = %e, "transmit notification failed");
-        }
-    }
 }

@@ -6,7 +6,8 @@
 //! The receive queue publishes a merged packet's used entries with one index store
 //! ([`crate::rx::publish_used`]), which virtio-queue's own notification window does not
 //! see, so its [`Ring`] ([`RxRing`]) answers `needs_notification` from the
-//! [`UsedWindow`] instead.
+//! [`UsedWindow`] instead. The transmit queue does the same per burst (its chains go back
+//! through `fabric::tx_return`), with [`TxRing`].
 
 use crate::fabric::GuestMem;
 use crate::rx::UsedWindow;
@@ -14,7 +15,7 @@ use std::io;
 use std::sync::Arc;
 use vhost_user_backend::VringState;
 use virtio_queue::Queue;
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::cpustat::{CpuSampler, CpuSource, Siblings, ThreadSchedstat};
@@ -107,6 +108,13 @@ pub struct TxCtl {
     pub notifier: QueueNotifier,
     /// Its kick waits.
     pub poller: KickPoller,
+    /// Which used entries the last notification decision covered (the transmit used ring
+    /// is written per burst by [`crate::rx::publish_used`], like the receive one).
+    pub window: UsedWindow,
+    /// The queue's `next_used` after the last publish: another value at the next publish
+    /// means the frontend set the ring's base anew (SET_VRING_BASE), and the window starts
+    /// again there. `None` before the first publish.
+    pub used_next: Option<u16>,
 }
 
 impl RxCtl {
@@ -139,6 +147,8 @@ impl TxCtl {
             // Transmit completions follow the spec's TX form (DIM: net_dim's TX table).
             notifier: QueueNotifier::new(p.moderation.for_tx_queue().build(), counters)?,
             poller,
+            window: UsedWindow::default(),
+            used_next: None,
         })
     }
 }
@@ -171,6 +181,35 @@ impl Ring for RxRing<'_> {
         self.window
             .needs_notification(self.state.get_queue(), mem)
             .map_err(|e| QueueError::Queue(virtio_queue::Error::GuestMemory(e)))
+    }
+}
+
+/// A transmit vring as the notifier sees it: a [`LiveRing`] whose notification decisions
+/// come from the queue's [`UsedWindow`] (its used entries are published per burst, which
+/// virtio-queue's own window does not see).
+pub struct TxRing<'a> {
+    /// The vring.
+    pub state: &'a mut VringState<GuestMem>,
+    /// The device's guest memory.
+    pub mem: &'a GuestMem,
+    /// Its notification window.
+    pub window: &'a mut UsedWindow,
+}
+
+impl Ring for TxRing<'_> {
+    fn queue_mut(&mut self) -> &mut Queue {
+        self.state.get_queue_mut()
+    }
+    fn signal(&self) -> io::Result<()> {
+        self.state.signal_used_queue()
+    }
+    fn needs_notification(&mut self, mem: &GuestMemoryMmap) -> vmirq_vhost::Result<bool> {
+        self.window
+            .needs_notification(self.state.get_queue(), mem)
+            .map_err(|e| QueueError::Queue(virtio_queue::Error::GuestMemory(e)))
+    }
+    fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
+        Some(self.mem.memory().into_inner())
     }
 }
 

@@ -66,9 +66,9 @@ pub enum FrameSrc<'a, 'm> {
     /// Bytes of this process.
     Bytes(&'a [u8]),
     /// A transmit chain in another frontend's memory, copied from there straight into the
-    /// receive buffers: `head` (the Ethernet header the switch routed on, already copied
-    /// out), then the chain's bytes from offset `skip` (its net header and the Ethernet
-    /// header) on, `len` bytes in all. The descriptors were checked to lie inside `mem`
+    /// receive buffers: `head` (the frame's first bytes, already copied out: the Ethernet
+    /// header the switch routed on, or a short frame whole), then the chain's bytes from
+    /// offset `skip` (its net header and `head`) on, `len` bytes in all. The descriptors were checked to lie inside `mem`
     /// ([`crate::tx::scan_chain`]); a copy that fails anyway (the memory changed) makes the
     /// receive chains go back unused.
     Guest {
@@ -76,7 +76,7 @@ pub enum FrameSrc<'a, 'm> {
         mem: &'a RegionCache<'m>,
         /// The transmit chain's descriptors.
         descs: &'a [Descriptor],
-        /// The routed Ethernet header.
+        /// The frame's first bytes (at least its Ethernet header).
         head: &'a [u8],
         /// Bytes of the chain before the rest of the frame.
         skip: usize,
@@ -441,7 +441,19 @@ pub fn publish_used(
         elem[4..].copy_from_slice(&len.to_le_bytes());
         let off = USED_HDR_LEN + USED_ELEM_LEN * slot;
         match mapped {
-            Some(slice) => slice.write_slice(&elem, off)?,
+            // Two 4-byte stores cost less than a generic 8-byte copy; the ring is 4-byte
+            // aligned in guest memory (virtio-queue refuses another address), and a host
+            // mapping that breaks that alignment takes the copy.
+            Some(slice) => {
+                if slice
+                    .store(u32::from(head).to_le(), off, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    slice.store(len.to_le(), off + 4, Ordering::Relaxed)?;
+                } else {
+                    slice.write_slice(&elem, off)?;
+                }
+            }
             None => {
                 let at = ring.checked_add(off as u64).ok_or_else(bad)?;
                 mem.write_slice(&elem, at)?;

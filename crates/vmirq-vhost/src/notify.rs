@@ -185,6 +185,19 @@ impl QueueNotifier {
         subs.last = Some(d);
     }
 
+    /// `n` chains were taken from the ring: tell the policy in one call
+    /// ([`Moderation::on_submits`], the same decisions as `n` calls of
+    /// [`QueueNotifier::submitted`]).
+    pub fn submitted_n(&mut self, subs: &mut Submissions, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let at = *subs.at.get_or_insert_with(now_ns);
+        let d = self.policy.on_submits(at, n);
+        subs.notify |= d.notify > 0;
+        subs.last = Some(d.last);
+    }
+
     /// The batch of submissions is over: signal if one asked for it. Returns the policy's
     /// last decision for the batch (for [`QueueNotifier::follow`]), `None` if it was empty.
     ///
@@ -237,6 +250,40 @@ impl QueueNotifier {
         }
         batch.last = d;
         Ok(d)
+    }
+
+    /// Requests put in the used ring, one per `metas` entry, all visible to the driver
+    /// already: the policy sees them in one call ([`Moderation::on_completions`], the same
+    /// decisions as one [`QueueNotifier::completed`] per entry), and the batch's first
+    /// `Notify` signals at once. Since every entry of the call is visible before that
+    /// signal, it covers them all: only a `Notify` of a later call is deferred.
+    ///
+    /// # Errors
+    /// When the rings or the call eventfd cannot be accessed.
+    pub fn completed_all(
+        &mut self,
+        batch: &mut Completions,
+        metas: &[CompletionMeta],
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+    ) -> Result<Decision> {
+        if metas.is_empty() {
+            return Ok(batch.last);
+        }
+        let d = self.policy.on_completions(batch.at, metas);
+        if d.hold > 0 {
+            QueueCounters::add(&self.c().held, u64::from(d.hold));
+        }
+        batch.last = d.last;
+        if d.notify > 0 {
+            if batch.checked {
+                batch.deferred = true;
+            } else {
+                batch.checked = true;
+                self.signal(ring, mem)?;
+            }
+        }
+        Ok(d.last)
     }
 
     /// The batch of completions is over: signal once for the deferred `Notify`s. Returns the

@@ -3,7 +3,8 @@
 //!
 //! 1. Take: each chain is checked as [`crate::tx::read_chain`] does (ring rules, readable
 //!    descriptors inside guest memory, length bounds, the net header), but only its net
-//!    and Ethernet headers are copied out ([`scan_chain`]); the switch routes on those.
+//!    and Ethernet headers, and the rest of a short frame, are copied out ([`scan_chain`]);
+//!    the switch routes on those.
 //! 2. Deliver, in ring order: consecutive frames for one destination are written into its
 //!    receive queue under one RX vring lock and one moderation lock, each frame copied once,
 //!    straight from the source's memory into the receive buffers
@@ -16,7 +17,8 @@
 //!    (`next_avail` put back), the source is marked blocked on the destination and its
 //!    refill kick armed, exactly as on the per-port path: no loss.
 
-use super::{lock, Attached, Dests, Fabric, Sent, TxReturn, ARM_ATTEMPTS};
+use super::tx_return::{TxReturn, TxUsed};
+use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::queues::{RxCtl, RxRing, TxCtl};
@@ -24,7 +26,7 @@ use crate::regions::RegionCache;
 use crate::rings::AvailView;
 use crate::rx::{arm_refill_kick, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
 use crate::switch::Route;
-use crate::tx::{gather_frame, scan_chain, TxError, PREFIX_LEN};
+use crate::tx::{gather_frame, scan_chain, TxError, COPY_LEN};
 use crate::virtio::HDR_LEN;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -44,22 +46,33 @@ struct Taken {
     descs: Range<usize>,
     /// Frame length (net header excluded); 0 for a bad chain.
     len: usize,
-    prefix: [u8; PREFIX_LEN],
     /// Why the chain is dropped, if it is.
     bad: Option<TxError>,
     route: Route,
+}
+
+impl Taken {
+    /// Bytes of the chain in its [`BurstScratch::prefixes`] entry (net header included).
+    fn copied(&self) -> usize {
+        (HDR_LEN + self.len).min(COPY_LEN)
+    }
 }
 
 /// Reusable buffers of a burst (no allocation per frame once warm).
 #[derive(Default)]
 pub(super) struct BurstScratch {
     taken: Vec<Taken>,
+    /// Each taken chain's first bytes (`tx::scan_chain`): net header, Ethernet header,
+    /// and a short frame whole (kept apart from `taken`, and reused, so that no frame
+    /// moves these bytes around).
+    prefixes: Vec<[u8; COPY_LEN]>,
     descs: Vec<Descriptor>,
     one: Vec<Descriptor>,
     frame: Vec<u8>,
     rx: RxScratch,
     used: UsedBatch,
     metas: Vec<CompletionMeta>,
+    tx_used: TxUsed,
     dests: Dests,
     /// The source's available ring broke during the last burst.
     pub(super) broken: bool,
@@ -117,7 +130,9 @@ impl Fabric {
         tx.state
             .get_queue_mut()
             .set_next_avail(start.wrapping_add(u16::try_from(done).unwrap_or(u16::MAX)));
-        self.complete(src, tx, ctl, mem, &b.taken[..done]);
+        if self.complete(src, tx, ctl, mem, &b.taken[..done], &mut b.tx_used) {
+            b.broken = true; // its used ring broke: stop looking at it
+        }
         let mut dests = std::mem::take(&mut b.dests);
         self.flush_dests(&mut dests);
         dests.cache.clear();
@@ -162,8 +177,12 @@ impl Fabric {
                     break;
                 }
             };
-            let mut prefix = [0u8; PREFIX_LEN];
-            let scanned = scan_chain(from, &table, head, &mut b.one, &mut prefix);
+            let k = b.taken.len();
+            if b.prefixes.len() <= k {
+                b.prefixes.push([0; COPY_LEN]);
+            }
+            let prefix = &mut b.prefixes[k];
+            let scanned = scan_chain(from, &table, head, &mut b.one, prefix);
             let at = b.descs.len();
             b.descs.extend_from_slice(&b.one);
             let route = match scanned {
@@ -174,7 +193,6 @@ impl Fabric {
                 head,
                 descs: at..b.descs.len(),
                 len: scanned.unwrap_or(0),
-                prefix,
                 bad: scanned.err(),
                 route,
             });
@@ -272,7 +290,10 @@ impl Fabric {
             blocked: false,
         };
         let mut broken = false;
-        for t in &b.taken[run] {
+        // Counted once for the run (one atomic add per counter, not per frame).
+        let mut sum = [0u64; 3]; // frames, bytes, buffers
+        for k in run {
+            let t = &b.taken[k];
             if broken {
                 PortCounters::add(&self.slots[src].counters.tx_no_destination, 1);
                 end.consumed += 1;
@@ -281,8 +302,8 @@ impl Fabric {
             let frame = FrameSrc::Guest {
                 mem: from,
                 descs: &b.descs[t.descs.clone()],
-                head: &t.prefix[HDR_LEN..],
-                skip: PREFIX_LEN,
+                head: &b.prefixes[k][HDR_LEN..t.copied()],
+                skip: t.copied(),
                 len: t.len,
             };
             let q = rx.get_queue_mut();
@@ -308,11 +329,13 @@ impl Fabric {
             }
             match out {
                 RxOutcome::Delivered(n) => {
-                    PortCounters::add(&c.rx_frames, 1);
-                    PortCounters::add(&c.rx_bytes, t.len as u64);
-                    PortCounters::add(&c.rx_buffers, u64::from(n));
+                    sum[0] += 1;
+                    sum[1] += t.len as u64;
+                    sum[2] += u64::from(n);
                     let bytes = u32::try_from(t.len).unwrap_or(u32::MAX);
-                    let meta = if ctl.classify {
+                    let meta = if ctl.classify && t.copied() == HDR_LEN + t.len {
+                        classify(&b.prefixes[k][HDR_LEN..t.copied()]).completion_meta()
+                    } else if ctl.classify {
                         match gather_frame(from.mem(), &b.descs[t.descs.clone()], &mut b.frame) {
                             Ok(()) => classify(&b.frame).completion_meta(),
                             Err(_) => CompletionMeta::new(RequestKind::Read, bytes),
@@ -332,6 +355,11 @@ impl Fabric {
             }
             end.consumed += 1;
         }
+        if sum[0] > 0 {
+            PortCounters::add(&c.rx_frames, sum[0]);
+            PortCounters::add(&c.rx_bytes, sum[1]);
+            PortCounters::add(&c.rx_buffers, sum[2]);
+        }
         if !b.used.is_empty() && b.used.publish(rx.get_queue_mut(), &mem).is_err() {
             broken = true;
         }
@@ -343,16 +371,14 @@ impl Fabric {
             state: &mut rx,
             window,
         };
-        let mut result = Ok(());
-        for meta in b.metas.drain(..) {
-            if let Err(e) = notifier.completed(&mut batch, meta, &mut ring, &mem) {
-                result = Err(e);
-            }
-        }
+        // The run's completions in one call (the same decisions as one per frame); the
+        // first `Notify` covers them all, published above.
         let done = notifier
-            .completions_done(batch, &mut ring, &mem)
+            .completed_all(&mut batch, &b.metas, &mut ring, &mem)
+            .and_then(|_| notifier.completions_done(batch, &mut ring, &mem))
             .and_then(|last| notifier.follow(last));
-        if let Err(e) = result.and(done) {
+        b.metas.clear();
+        if let Err(e) = done {
             tracing::warn!(port = dst, error = %e, "receive notification failed");
         }
         if broken {
@@ -366,7 +392,7 @@ impl Fabric {
     }
 
     /// Step 3: the consumed chains go to the source's used ring, with the transmit
-    /// queue's moderation.
+    /// queue's moderation. Returns whether the used ring broke.
     fn complete(
         &self,
         src: usize,
@@ -374,17 +400,20 @@ impl Fabric {
         ctl: &mut TxCtl,
         mem: &GuestMemoryMmap,
         taken: &[Taken],
-    ) {
+        used: &mut TxUsed,
+    ) -> bool {
         if taken.is_empty() {
-            return;
+            return false;
         }
         let c = &self.slots[src].counters;
-        let mut back = TxReturn::new(ctl);
+        let mut back = TxReturn::new(used);
+        // Counted once for the burst (one atomic add per counter, not per frame).
+        let (mut frames, mut sent) = (0u64, 0u64);
         for t in taken {
             let bytes = match t.bad {
                 None => {
-                    PortCounters::add(&c.tx_frames, 1);
-                    PortCounters::add(&c.tx_bytes, t.len as u64);
+                    frames += 1;
+                    sent += t.len as u64;
                     u32::try_from(t.len).unwrap_or(u32::MAX)
                 }
                 Some(TxError::Header(_)) => {
@@ -401,6 +430,10 @@ impl Fabric {
                 break;
             }
         }
-        back.finish(ctl, tx, mem, src);
+        if frames > 0 {
+            PortCounters::add(&c.tx_frames, frames);
+            PortCounters::add(&c.tx_bytes, sent);
+        }
+        back.finish(ctl, tx, mem, c)
     }
 }

@@ -110,6 +110,13 @@ impl Count {
     }
 }
 
+impl Count {
+    /// Its bookkeeping, for runs of events fed at once (`batch`).
+    pub(super) fn pending_mut(&mut self) -> &mut Pending {
+        &mut self.pending
+    }
+}
+
 impl Moderator for Count {
     fn on_event(&mut self, now: Nanos, event: Event) -> Decision {
         match event {

@@ -14,6 +14,7 @@
 //! timer. A timer that fires early (or late) is harmless: the policy answers with the same
 //! `Hold` or with `Notify`.
 
+mod batch;
 mod budget;
 mod count;
 pub mod dim;
@@ -23,6 +24,7 @@ mod policy;
 mod spdk;
 mod vic;
 
+pub use batch::Decisions;
 pub use budget::{Budget, BudgetConfig};
 pub use count::{Count, CountConfig, TimerStart};
 pub use dim::{
@@ -209,6 +211,23 @@ impl Pending {
             self.oldest = now;
         }
         self.held = self.held.saturating_add(1);
+    }
+
+    /// Count `n` submissions.
+    pub fn submit_n(&mut self, n: u32) {
+        self.cif = self.cif.saturating_add(n);
+    }
+
+    /// Count `n` completions at `now` as held (as `n` calls of [`Pending::complete`]).
+    pub fn complete_n(&mut self, now: Nanos, n: u32) {
+        if n == 0 {
+            return;
+        }
+        self.cif = self.cif.saturating_sub(n);
+        if self.held == 0 {
+            self.oldest = now;
+        }
+        self.held = self.held.saturating_add(n);
     }
 
     /// Everything held so far is now covered by a notification.

@@ -10,6 +10,13 @@ pub struct NoModeration {
     pending: Pending,
 }
 
+impl NoModeration {
+    /// Its bookkeeping, for runs of events fed at once (`batch`).
+    pub(super) fn pending_mut(&mut self) -> &mut Pending {
+        &mut self.pending
+    }
+}
+
 impl Moderator for NoModeration {
     fn on_event(&mut self, now: Nanos, event: Event) -> Decision {
         match event {
