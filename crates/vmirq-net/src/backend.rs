@@ -321,6 +321,10 @@ impl VhostUserBackend for NetBackend {
                     Arc::clone(&self.features),
                     Arc::clone(&self.active),
                     Arc::clone(&self.revocation),
+                    vrings
+                        .get(crate::virtio::ctrl_queue(self.config.max_pairs))
+                        .filter(|_| self.config.max_pairs > 1)
+                        .cloned(),
                 ) {
                     self.fabric.attach(self.port, a);
                 }

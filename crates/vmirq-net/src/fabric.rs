@@ -92,9 +92,11 @@ pub struct Attached {
     pub revocation: Arc<Revocation>,
     /// Every queue pair, pair 0 first (`--queues`; at least one).
     pub pairs: Vec<Pair>,
-    /// Queue pairs the driver uses (VQ_PAIRS_SET; 1 until then): frames are delivered to
-    /// the receive queues of these only.
+    /// Queue pairs the driver uses (VQ_PAIRS_SET; 1 until then), when the frontend hands
+    /// the control queue to the device (see [`Attached::pairs_in_use`]).
     pub active: Arc<AtomicU16>,
+    /// The control queue (with several pairs).
+    pub ctrl: Option<Vring>,
 }
 
 impl Attached {
@@ -106,6 +108,7 @@ impl Attached {
         features: Arc<AtomicU64>,
         active: Arc<AtomicU16>,
         revocation: Arc<Revocation>,
+        ctrl: Option<Vring>,
     ) -> Option<Self> {
         if pairs.len() > usize::from(PAIRS_MAX) {
             return None;
@@ -121,6 +124,7 @@ impl Attached {
             revocation,
             pairs,
             active,
+            ctrl,
         })
     }
 
@@ -128,10 +132,40 @@ impl Attached {
         self.features.load(Ordering::Acquire) & F_MRG_RXBUF != 0
     }
 
-    /// The receive queue pair a frame sent on transmit pair `src_q` goes to.
+    /// How many pairs' receive queues frames may go to. A frontend that sets up the
+    /// control queue leaves it to the device: the driver's VQ_PAIRS_SET decides (1 until
+    /// then, virtio 1.2 §5.1.6.5.5). QEMU and DPDK's virtio-user serve the control queue
+    /// themselves and say which pairs are in use by enabling their vrings
+    /// (SET_VRING_ENABLE): then every pair counts, and a frame whose pair's receive queue
+    /// is not enabled goes to pair 0 ([`Fabric::deliver_to`]).
+    fn pairs_in_use(&self) -> usize {
+        if self.pairs.len() <= 1 {
+            return 1;
+        }
+        let ctrl_served = self.ctrl.as_ref().is_some_and(|c| {
+            let c = c.get_ref();
+            c.get_queue().ready() && c.is_enabled()
+        });
+        if ctrl_served {
+            usize::from(self.active.load(Ordering::Acquire)).clamp(1, self.pairs.len())
+        } else {
+            self.pairs.len()
+        }
+    }
+
+    /// The receive queue pair a frame sent on transmit pair `src_q` goes to: pair 0 when
+    /// the pair its flow picks has no running receive queue.
     fn rx_pair(&self, frame: &[u8], src_q: usize) -> usize {
-        let active = usize::from(self.active.load(Ordering::Acquire)).min(self.pairs.len());
-        rx_pair(frame, src_q, active)
+        let q = rx_pair(frame, src_q, self.pairs_in_use());
+        let running = |p: &Pair| {
+            let rx = p.rx.get_ref();
+            rx.get_queue().ready() && rx.is_enabled()
+        };
+        if q > 0 && self.pairs.get(q).is_some_and(running) {
+            q
+        } else {
+            0
+        }
     }
 }
 
@@ -732,12 +766,12 @@ impl Fabric {
             return Some(to_tap(tap, &slot.counters, frame));
         }
         let a = dests.get(dst, || self.attached(dst))?;
-        let pair = a.pairs.get(q)?;
         let c = &slot.counters;
         let mem = a.mem.memory();
         if revoked_in(&mem).is_some() {
             return None; // its frontend truncated its memory: the connection is going away
         }
+        let pair = a.pairs.get(q)?;
         let mut rx = pair.rx.get_mut();
         if !rx.get_queue().ready() || !rx.is_enabled() {
             return None;

@@ -2,8 +2,9 @@
 //! every offered feature but EVENT_IDX, so MQ, CTRL_VQ and MRG_RXBUF): the device has
 //! 2N + 1 virtqueues and says so, frames sent on transmit queue 1 (pair 1) arrive, each flow
 //! lands on one receive queue in order, VQ_PAIRS_SET 1 after 2 moves every frame back to
-//! pair 0 with none lost, queue indices past the control queue are refused, and the pmd
-//! data path refuses several pairs at start-up.
+//! pair 0 with none lost; without a control queue (as QEMU and virtio-user connect) the
+//! enabled receive vrings decide; queue indices past the control queue are refused, and
+//! the pmd data path refuses several pairs at start-up.
 
 // Frame fields here are small constants: the casts cannot truncate.
 #![allow(clippy::cast_possible_truncation)]
@@ -220,6 +221,36 @@ fn two_pairs_frames_on_tx_queue_1_arrive_in_flow_order_and_vq_pairs_set_1_moves_
     assert_eq!(c[0].tx_frames, 4 + burst.len() as u64 + 48, "{:?}", c[0]);
     assert_eq!(c[1].rx_frames, c[0].tx_frames, "{:?}", c[1]);
     assert_eq!(c[0].dropped() + c[1].dropped(), 0, "{c:?}");
+    drop(s0);
+    drop(s1);
+    server.stop();
+}
+
+#[test]
+fn without_a_control_queue_the_enabled_receive_vrings_decide() {
+    // QEMU and DPDK's virtio-user serve the control queue themselves: the device never
+    // sees VQ_PAIRS_SET, only which vrings are enabled.
+    let server = common::start(2, |c| c.queue_pairs = 2);
+    let mut s0 = Session::start(&server.sockets[0], 4, SIZE).expect("port 0 frontend");
+    let mut s1 = Session::start(&server.sockets[1], 4, SIZE).expect("port 1 frontend");
+    server.wait_attached(0);
+    server.wait_attached(1);
+    let mut posted = [Posted::default(), Posted::default()];
+    posted[0].post(&mut s1, 0, 56);
+    posted[1].post(&mut s1, 2, 56);
+    let burst: Vec<Vec<u8>> = (0..24).map(|f| frame(f, 0)).collect();
+    send(&mut s0, 1, &burst);
+    let got = receive(&mut s1, &posted, burst.len());
+    assert_eq!(got[0].len() + got[1].len(), burst.len(), "{got:?}");
+    assert!(!got[0].is_empty() && !got[1].is_empty(), "{got:?}");
+    // Pair 1's receive vring disabled: every flow goes to pair 0.
+    s1.expect_ack(req::SET_VRING_ENABLE, &vring_state(2, 0), &[])
+        .expect("disable RX 1");
+    send(&mut s0, 3, &burst);
+    let got = receive(&mut s1, &posted, burst.len());
+    assert_eq!(got[0].len(), burst.len(), "{got:?}");
+    assert!(got[1].is_empty(), "{got:?}");
+    assert_eq!(server.handle.counters()[0].dropped(), 0);
     drop(s0);
     drop(s1);
     server.stop();
