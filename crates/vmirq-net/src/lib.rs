@@ -35,6 +35,7 @@ pub mod ctrl;
 pub mod ctrlq;
 pub mod fabric;
 pub mod flow;
+pub mod metrics;
 pub mod pmd;
 pub mod queues;
 pub mod regions;

@@ -85,6 +85,8 @@ pub struct ServerConfig {
     /// Queue pairs of each vhost-user port (`--queues`, 1 to [`PAIRS_MAX`]): more than one
     /// offers VIRTIO_NET_F_MQ.
     pub queue_pairs: u16,
+    /// Where to serve Prometheus counters (`--metrics`; see [`crate::metrics`]).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl ServerConfig {
@@ -99,6 +101,7 @@ impl ServerConfig {
             queue_size: 1024,
             policies: Policies::default(),
             queue_pairs: 1,
+            metrics: None,
         }
     }
 
@@ -304,6 +307,10 @@ impl Server {
             taps,
         } = self;
         let first_tap = listeners.len();
+        if let Some(addr) = config.metrics {
+            let h = handle.clone();
+            vmirq_vhost::metrics::spawn(addr, Box::new(move || crate::metrics::prometheus(&h)))?;
+        }
         tracing::info!(
             sockets = listeners.len(),
             taps = taps.len(),

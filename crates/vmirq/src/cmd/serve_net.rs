@@ -57,6 +57,10 @@ pub struct Args {
     /// hash picks. Only with `--datapath per-port`.
     #[arg(long, default_value_t = 1, value_name = "N")]
     queues: u16,
+    /// Serve Prometheus counters on PORT (loopback) or HOST:PORT, as `vmirq serve` does:
+    /// every port's and queue's counters, and the pmd thread's with `--datapath pmd`.
+    #[arg(long, value_name = "ADDR", value_parser = vmirq_net::metrics::parse_addr)]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 fn parse_switch(s: &str) -> Result<SwitchMode, String> {
@@ -83,6 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     cfg.switch = args.switch;
     cfg.queue_size = args.queue_size;
     cfg.queue_pairs = args.queues;
+    cfg.metrics = args.metrics;
     cfg.policies = Policies {
         moderation: args.moderation,
         poll: args.poll,
