@@ -1,20 +1,27 @@
 //! The vhost-user-net device of one port's frontend connection: the `VhostUserBackend`
 //! implementation (features, config space, events) over the shared [`Fabric`].
 //!
-//! One worker thread serves both queues. Its epoll event ids: 0 the RX kick, 1 the TX
-//! kick (registered by vhost-user-backend), 2 its exit event, [`ATTACH_EVENT`] an eventfd
-//! the server writes once per connection so that the worker hands the vrings over to the
-//! fabric (vhost-user-backend gives the vrings to `handle_event` only), [`RX_TIMER_EVENT`]
-//! and [`TX_TIMER_EVENT`] the queues' hold timers (registered by the server).
+//! A device of N queue pairs (`--queues N`) has 2N + 1 virtqueues: RX 0, TX 0, ..., RX N-1,
+//! TX N-1, then the control queue (virtio 1.2 §5.1.2); it offers MQ and
+//! `max_virtqueue_pairs` when N > 1.
+//!
+//! One worker thread serves every queue of the port (not one per pair: on the few CPUs
+//! this switch is meant for, more threads per port only add wakeups and lock contention,
+//! and the worker's work per kick is one queue's batch either way). Its epoll event ids
+//! ([`Events`]): 0 to 2N - 1 the queues' kicks and 2N the control queue's (registered by
+//! vhost-user-backend), 2N + 1 its exit event, then an attach eventfd the server writes
+//! once per connection so that the worker hands the vrings over to the fabric
+//! (vhost-user-backend gives the vrings to `handle_event` only), then each pair's RX and
+//! TX hold timers (registered by the server).
 
 use crate::counters::PortCounters;
 use crate::ctrl::Ctrl;
-use crate::fabric::{Attached, Fabric, GuestMem, Vring};
+use crate::fabric::{Attached, Fabric, GuestMem, Pair, Vring};
 use crate::queues::{Policies, RxCtl, TxCtl};
-use crate::virtio::{NetConfig, CTRL_QUEUE, DEVICE_FEATURES, QUEUES, RX_QUEUE, TX_QUEUE};
+use crate::virtio::{device_features, queues, NetConfig};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::VhostUserBackend;
@@ -25,12 +32,78 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-/// Epoll event id of the attach eventfd.
-pub const ATTACH_EVENT: u64 = QUEUES as u64 + 1;
-/// Epoll event id of the receive queue's hold timer.
-pub const RX_TIMER_EVENT: u64 = QUEUES as u64 + 2;
-/// Epoll event id of the transmit queue's hold timer.
-pub const TX_TIMER_EVENT: u64 = QUEUES as u64 + 3;
+/// The worker's epoll event ids of a device of `pairs` queue pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Events {
+    pairs: u16,
+}
+
+/// What one epoll event id of the worker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The receive queue of a pair was kicked (its driver added buffers).
+    RxKick(usize),
+    /// The transmit queue of a pair was kicked.
+    TxKick(usize),
+    /// The control queue was kicked.
+    Ctrl,
+    /// The attach eventfd.
+    Attach,
+    /// A pair's receive hold timer.
+    RxTimer(usize),
+    /// A pair's transmit hold timer.
+    TxTimer(usize),
+    /// Nothing of this device (the exit event is vhost-user-backend's own).
+    Unknown,
+}
+
+impl Events {
+    /// For a device of `pairs` queue pairs.
+    #[must_use]
+    pub const fn new(pairs: u16) -> Self {
+        Self { pairs }
+    }
+
+    /// The attach eventfd's id (after the queues' and the exit event's).
+    #[must_use]
+    pub const fn attach(self) -> u64 {
+        queues(self.pairs) as u64 + 1
+    }
+
+    /// The receive hold timer's id of pair `q`.
+    #[must_use]
+    pub const fn rx_timer(self, q: usize) -> u64 {
+        self.attach() + 1 + 2 * q as u64
+    }
+
+    /// The transmit hold timer's id of pair `q`.
+    #[must_use]
+    pub const fn tx_timer(self, q: usize) -> u64 {
+        self.rx_timer(q) + 1
+    }
+
+    /// What event id `id` is.
+    #[must_use]
+    pub fn decode(self, id: u64) -> Event {
+        let pairs = u64::from(self.pairs);
+        let idx = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        match id {
+            i if i < 2 * pairs && i % 2 == 0 => Event::RxKick(idx(i / 2)),
+            i if i < 2 * pairs => Event::TxKick(idx(i / 2)),
+            i if i == 2 * pairs => Event::Ctrl,
+            i if i == self.attach() => Event::Attach,
+            i if i > self.attach() && i <= self.tx_timer(idx(pairs) - 1) => {
+                let t = i - self.attach() - 1;
+                if t % 2 == 0 {
+                    Event::RxTimer(idx(t / 2))
+                } else {
+                    Event::TxTimer(idx(t / 2))
+                }
+            }
+            _ => Event::Unknown,
+        }
+    }
+}
 
 /// The device of one port's connection.
 pub struct NetBackend {
@@ -40,8 +113,11 @@ pub struct NetBackend {
     queue_size: u16,
     mem: GuestMem,
     features: Arc<AtomicU64>,
-    rx_ctl: Arc<Mutex<RxCtl>>,
-    tx_ctl: Arc<Mutex<TxCtl>>,
+    /// Each pair's receive and transmit moderation, pair 0 first.
+    ctls: Box<crate::ctrlq::PairCtls>,
+    /// Queue pairs the driver uses (VQ_PAIRS_SET).
+    active: Arc<AtomicU16>,
+    events: Events,
     attach: EventFd,
     exit: ExitEvents,
     ctrl: Mutex<Ctrl>,
@@ -51,7 +127,8 @@ pub struct NetBackend {
 }
 
 impl NetBackend {
-    /// The device of port `port` with guest memory `mem`, its queues following `policies`.
+    /// The device of port `port` with guest memory `mem`, its queues following `policies`,
+    /// with as many queue pairs as the port's slot has (`config.max_pairs` is set to it).
     ///
     /// # Errors
     /// The attach eventfd or a hold timer cannot be created.
@@ -66,11 +143,24 @@ impl NetBackend {
         let slot = fabric
             .slot(port)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no such port"))?;
-        let rx_ctl = Arc::new(Mutex::new(RxCtl::new(policies, slot.rx_queue.clone())?));
-        let tx_ctl = Arc::new(Mutex::new(TxCtl::new(policies, slot.tx_queue.clone())?));
+        let ctls = slot
+            .rx_queues
+            .iter()
+            .zip(&slot.tx_queues)
+            .map(|(rxc, txc)| {
+                Ok((
+                    Arc::new(Mutex::new(RxCtl::new(policies, rxc.clone())?)),
+                    Arc::new(Mutex::new(TxCtl::new(policies, txc.clone())?)),
+                ))
+            })
+            .collect::<io::Result<Box<_>>>()?;
+        let pairs = u16::try_from(ctls.len()).unwrap_or(1);
+        let mut config = config;
+        config.max_pairs = pairs;
         Ok(Self {
-            rx_ctl,
-            tx_ctl,
+            ctls,
+            active: Arc::new(AtomicU16::new(1)),
+            events: Events::new(pairs),
             port,
             fabric,
             config,
@@ -79,24 +169,36 @@ impl NetBackend {
             features: Arc::new(AtomicU64::new(0)),
             attach: EventFd::new(EFD_NONBLOCK)?,
             exit: ExitEvents::default(),
-            ctrl: Mutex::new(Ctrl::new(0, 1)),
+            ctrl: Mutex::new(Ctrl::new(0, pairs)),
             revocation: Arc::new(Revocation::new()),
         })
     }
 
-    /// The attach eventfd (register it with [`ATTACH_EVENT`], then call [`Self::attach`]).
+    /// The attach eventfd (register it with [`Events::attach`], then call
+    /// [`Self::attach`]).
     #[must_use]
     pub fn attach_fd(&self) -> RawFd {
         self.attach.as_raw_fd()
     }
 
-    /// The hold timer fds of the receive and transmit queues (register them with
-    /// [`RX_TIMER_EVENT`] and [`TX_TIMER_EVENT`]).
+    /// The worker's event ids.
     #[must_use]
-    pub fn timer_fds(&self) -> (RawFd, RawFd) {
-        let rx = self.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        let tx = self.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        (rx.notifier.timer_fd(), tx.notifier.timer_fd())
+    pub const fn events(&self) -> Events {
+        self.events
+    }
+
+    /// The hold timer fds of each pair's receive and transmit queues (register them with
+    /// [`Events::rx_timer`] and [`Events::tx_timer`]).
+    #[must_use]
+    pub fn timer_fds(&self) -> Vec<(RawFd, RawFd)> {
+        self.ctls
+            .iter()
+            .map(|(rx, tx)| {
+                let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
+                let tx = tx.lock().unwrap_or_else(PoisonError::into_inner);
+                (rx.notifier.timer_fd(), tx.notifier.timer_fd())
+            })
+            .collect()
     }
 
     /// The connection's SIGBUS protection: give it the daemon's shutdown handle; read what
@@ -126,20 +228,25 @@ impl VhostUserBackend for NetBackend {
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
-        QUEUES
+        queues(self.config.max_pairs)
     }
     fn max_queue_size(&self) -> usize {
         usize::from(self.queue_size)
     }
     fn features(&self) -> u64 {
-        DEVICE_FEATURES
+        device_features(self.config.max_pairs)
     }
     fn acked_features(&self, features: u64) {
         self.features.store(features, Ordering::Release);
-        *self.ctrl.lock().unwrap_or_else(PoisonError::into_inner) = Ctrl::new(features, 1);
+        // Features set again: the device starts over with one pair (§5.1.6.5.5).
+        self.active.store(1, Ordering::Release);
+        *self.ctrl.lock().unwrap_or_else(PoisonError::into_inner) =
+            Ctrl::new(features, self.config.max_pairs);
     }
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // MQ: the frontend asks GET_QUEUE_NUM (2N + 1) before it sets up N > 1 pairs.
         VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
     }
@@ -157,7 +264,8 @@ impl VhostUserBackend for NetBackend {
         Ok(())
     }
     fn queues_per_thread(&self) -> Vec<u64> {
-        vec![(1 << QUEUES) - 1]
+        // One worker for every queue (see the module docs); at most 2 * PAIRS_MAX + 1 < 64.
+        vec![(1 << self.num_queues()) - 1]
     }
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
         self.exit.create()
@@ -172,17 +280,17 @@ impl VhostUserBackend for NetBackend {
         if !evset.contains(EventSet::IN) {
             return Ok(());
         }
-        match usize::from(device_event) {
-            RX_QUEUE => self.fabric.on_rx_kick(self.port),
-            TX_QUEUE => self.fabric.on_tx_kick(self.port),
-            CTRL_QUEUE => {
-                if let Some(vring) = vrings.get(CTRL_QUEUE) {
+        match self.events.decode(u64::from(device_event)) {
+            Event::RxKick(_) => self.fabric.on_rx_kick(self.port),
+            Event::TxKick(q) => self.fabric.on_tx_kick(self.port, q),
+            Event::Ctrl => {
+                if let Some(vring) = vrings.get(crate::virtio::ctrl_queue(self.config.max_pairs)) {
                     let s = crate::ctrlq::service(
                         vring,
                         &self.mem,
                         &self.ctrl,
-                        &self.rx_ctl,
-                        &self.tx_ctl,
+                        &self.ctls,
+                        &self.active,
                     );
                     if let Some(slot) = self.fabric.slot(self.port) {
                         PortCounters::add(&slot.counters.ctrl_commands, s.answered);
@@ -190,29 +298,69 @@ impl VhostUserBackend for NetBackend {
                     }
                 }
             }
-            e if e as u64 == RX_TIMER_EVENT => self.fabric.on_rx_timer(self.port),
-            e if e as u64 == TX_TIMER_EVENT => self.fabric.on_tx_timer(self.port),
-            e if e as u64 == ATTACH_EVENT => {
+            Event::RxTimer(q) => self.fabric.on_rx_timer(self.port, q),
+            Event::TxTimer(q) => self.fabric.on_tx_timer(self.port, q),
+            Event::Attach => {
                 let _ = self.attach.read();
-                if let [rx, tx, ..] = vrings {
-                    self.fabric.attach(
-                        self.port,
-                        Attached {
-                            rx: rx.clone(),
-                            tx: tx.clone(),
-                            mem: self.mem.clone(),
-                            features: Arc::clone(&self.features),
-                            rx_ctl: Arc::clone(&self.rx_ctl),
-                            tx_ctl: Arc::clone(&self.tx_ctl),
-                            revocation: Arc::clone(&self.revocation),
-                        },
-                    );
+                let pairs: Vec<Pair> = self
+                    .ctls
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(q, (rx_ctl, tx_ctl))| {
+                        Some(Pair {
+                            rx: vrings.get(2 * q)?.clone(),
+                            tx: vrings.get(2 * q + 1)?.clone(),
+                            rx_ctl: Arc::clone(rx_ctl),
+                            tx_ctl: Arc::clone(tx_ctl),
+                        })
+                    })
+                    .collect();
+                if let Some(a) = Attached::new(
+                    pairs,
+                    self.mem.clone(),
+                    Arc::clone(&self.features),
+                    Arc::clone(&self.active),
+                    Arc::clone(&self.revocation),
+                    vrings
+                        .get(crate::virtio::ctrl_queue(self.config.max_pairs))
+                        .filter(|_| self.config.max_pairs > 1)
+                        .cloned(),
+                ) {
+                    self.fabric.attach(self.port, a);
                 }
             }
-            _ => tracing::warn!(event = device_event, "unknown worker event"),
+            Event::Unknown => tracing::warn!(event = device_event, "unknown worker event"),
         }
         // The fabric completes nothing that touched revoked memory; the connection ends here.
         self.revocation.check();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Event, Events};
+
+    #[test]
+    fn event_ids_of_one_and_of_three_pairs() {
+        let one = Events::new(1);
+        assert_eq!(one.decode(0), Event::RxKick(0));
+        assert_eq!(one.decode(1), Event::TxKick(0));
+        assert_eq!(one.decode(2), Event::Ctrl);
+        assert_eq!(one.decode(3), Event::Unknown, "the exit event");
+        assert_eq!((one.attach(), one.rx_timer(0), one.tx_timer(0)), (4, 5, 6));
+        assert_eq!(one.decode(4), Event::Attach);
+        assert_eq!(one.decode(5), Event::RxTimer(0));
+        assert_eq!(one.decode(6), Event::TxTimer(0));
+        assert_eq!(one.decode(7), Event::Unknown);
+        let three = Events::new(3);
+        assert_eq!(three.decode(5), Event::TxKick(2));
+        assert_eq!(three.decode(6), Event::Ctrl);
+        assert_eq!(three.decode(7), Event::Unknown);
+        assert_eq!(three.decode(three.attach()), Event::Attach);
+        assert_eq!(three.decode(three.rx_timer(2)), Event::RxTimer(2));
+        assert_eq!(three.decode(three.tx_timer(1)), Event::TxTimer(1));
+        assert_eq!(three.decode(three.tx_timer(2) + 1), Event::Unknown);
+        assert_eq!(three.decode(u64::MAX), Event::Unknown);
     }
 }

@@ -1,14 +1,17 @@
-//! The control virtqueue of one port's connection (virtqueue 2 with CTRL_VQ): each chain is
+//! The control virtqueue of one port's connection (virtqueue 2N with CTRL_VQ and N queue
+//! pairs): each chain is
 //! walked by the shared ring-rule walker (its last descriptor must hold the ack byte),
 //! gathered into bounded buffers, answered by [`Ctrl`] (the parser and state machine of
 //! `ctrl/`), and the device-writable bytes it wrote are copied back. NOTF_COAL's values
-//! become the `count` policy of the queues they cover (the guest's `ethtool -C`). A chain
-//! without a trustworthy ack byte is never completed.
+//! become the `count` policy of the queues they cover (the guest's `ethtool -C`); MQ's
+//! VQ_PAIRS_SET sets how many pairs frames are delivered to. A chain without a trustworthy
+//! ack byte is never completed.
 
 use crate::ctrl::{Action, Ctrl, CtrlError};
 use crate::fabric::{GuestMem, Vring};
 use crate::queues::{RxCtl, TxCtl};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use vhost_user_backend::VringT;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{QueueOwnedT, QueueT};
@@ -18,11 +21,15 @@ use vmirq_vhost::chain::{walk, DescTable};
 
 /// Largest command (device-readable bytes) accepted: a full MAC table and then some.
 const READABLE_MAX: usize = 4096;
-/// The receive and transmit virtqueue indices in the control queue's numbering.
+/// The receive and transmit virtqueue indices of pair 0 in the control queue's numbering
+/// (pair `i`'s are `2i` and `2i + 1`).
 const RX_VQ: u16 = 0;
 const TX_VQ: u16 = 1;
 const _: () =
     assert!(RX_VQ as usize == crate::virtio::RX_QUEUE && TX_VQ as usize == crate::virtio::TX_QUEUE);
+
+/// Each queue pair's receive and transmit moderation, pair 0 first.
+pub type PairCtls = [(Arc<Mutex<RxCtl>>, Arc<Mutex<TxCtl>>)];
 
 /// Largest device-writable part used (VQ_GET's answer and the ack byte).
 const WRITABLE_MAX: usize = 64;
@@ -36,13 +43,14 @@ pub struct CtrlStats {
     pub broken: u64,
 }
 
-/// Answer every available command of the control queue.
+/// Answer every available command of the control queue; VQ_PAIRS_SET's count goes to
+/// `active`.
 pub fn service(
     vring: &Vring,
     gm: &GuestMem,
     ctrl: &Mutex<Ctrl>,
-    rx: &Mutex<RxCtl>,
-    tx: &Mutex<TxCtl>,
+    ctls: &PairCtls,
+    active: &AtomicU16,
 ) -> CtrlStats {
     let mut stats = CtrlStats::default();
     let mem = gm.memory();
@@ -101,15 +109,27 @@ pub fn service(
         out.fill(0);
         let used = match ctrl.handle(&readable, out) {
             Ok(reply) => {
-                if let Ok(Action::Coalesce { target, coal }) = reply.outcome {
-                    let count = || Moderation::Count(Count::new(coal.count_config()));
-                    if target.covers(RX_VQ) {
-                        lock(rx).notifier.set_policy(count());
+                match reply.outcome {
+                    Ok(Action::Coalesce { target, coal }) => {
+                        let count = || Moderation::Count(Count::new(coal.count_config()));
+                        for (i, (rx, tx)) in ctls.iter().enumerate() {
+                            let base = u16::try_from(2 * i).unwrap_or(u16::MAX - 1);
+                            if target.covers(base + RX_VQ) {
+                                lock(rx).notifier.set_policy(count());
+                            }
+                            if target.covers(base + TX_VQ) {
+                                lock(tx).notifier.set_policy(count());
+                            }
+                        }
+                        tracing::info!(?target, ?coal, "guest set notification coalescing");
                     }
-                    if target.covers(TX_VQ) {
-                        lock(tx).notifier.set_policy(count());
+                    Ok(Action::QueuePairs(n)) => {
+                        // Ctrl accepts 1..=max pairs only; frames delivered from now on go
+                        // to the first `n` pairs' receive queues.
+                        active.store(n, Ordering::Release);
+                        tracing::info!(pairs = n, "guest set the queue pairs in use");
                     }
-                    tracing::info!(?target, ?coal, "guest set notification coalescing");
+                    _ => {}
                 }
                 reply.used_len
             }

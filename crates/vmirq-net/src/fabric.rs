@@ -9,6 +9,11 @@
 //! slot's mutex before any vring lock is taken, so no thread ever waits for a slot while
 //! holding a vring.
 //!
+//! Multiqueue (`--queues N`): the port's worker serves every transmit queue of its port
+//! (each kick names its queue), and a frame goes to one of the destination's enabled receive
+//! queues picked by [`crate::flow::rx_pair`] (a flow hash, so one flow keeps its order).
+//! Each queue has its own moderation, kick waits and counters.
+//!
 //! Backpressure instead of loss: when the destination's receive queue has no room, the
 //! source's transmit chain is put back, the source is marked in the destination's
 //! `blocked` set, and receive-queue notifications are enabled; the destination driver's next
@@ -22,14 +27,15 @@ use tx_return::{TxReturn, TxUsed};
 
 use crate::classify::classify;
 use crate::counters::PortCounters;
+use crate::flow::rx_pair;
 use crate::pmd::Pmd;
 use crate::queues::{RxCtl, RxRing, TxCtl, TxRing};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
 use crate::tap::Tap;
 use crate::tx::{read_chain, TxError};
-use crate::virtio::{F_MRG_RXBUF, HDR_LEN};
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::virtio::{F_MRG_RXBUF, HDR_LEN, PAIRS_MAX};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
@@ -55,11 +61,27 @@ const TX_BATCH: usize = 256;
 /// Looks at a full receive queue while its driver keeps adding buffers, before waiting.
 const ARM_ATTEMPTS: usize = 8;
 
-/// One port's live frontend connection: its vrings, memory and negotiated features.
-pub struct Attached {
+/// One queue pair of a port's connection.
+#[derive(Clone)]
+pub struct Pair {
     /// Receive queue.
     pub rx: Vring,
     /// Transmit queue.
+    pub tx: Vring,
+    /// The receive queue's moderation (locked after its vring).
+    pub rx_ctl: Arc<Mutex<RxCtl>>,
+    /// The transmit queue's moderation and kick waits (locked after its vring).
+    pub tx_ctl: Arc<Mutex<TxCtl>>,
+}
+
+/// One port's live frontend connection: its vrings, memory and negotiated features.
+///
+/// `rx`, `tx`, `rx_ctl` and `tx_ctl` are queue pair 0's (also `pairs[0]`): the pmd path,
+/// which serves one pair per port, uses them.
+pub struct Attached {
+    /// Receive queue of pair 0.
+    pub rx: Vring,
+    /// Transmit queue of pair 0.
     pub tx: Vring,
     /// The frontend's memory.
     pub mem: GuestMem,
@@ -71,16 +93,86 @@ pub struct Attached {
     pub tx_ctl: Arc<Mutex<TxCtl>>,
     /// The connection's SIGBUS protection: whoever sees its memory revoked ends it.
     pub revocation: Arc<Revocation>,
+    /// Every queue pair, pair 0 first (`--queues`; at least one).
+    pub pairs: Vec<Pair>,
+    /// Queue pairs the driver uses (VQ_PAIRS_SET; 1 until then), when the frontend hands
+    /// the control queue to the device (see [`Attached::pairs_in_use`]).
+    pub active: Arc<AtomicU16>,
+    /// The control queue (with several pairs).
+    pub ctrl: Option<Vring>,
 }
 
 impl Attached {
+    /// The connection of queue pairs `pairs` (at least one; pair 0 is also `rx`, `tx`, ...).
+    #[must_use]
+    pub fn new(
+        pairs: Vec<Pair>,
+        mem: GuestMem,
+        features: Arc<AtomicU64>,
+        active: Arc<AtomicU16>,
+        revocation: Arc<Revocation>,
+        ctrl: Option<Vring>,
+    ) -> Option<Self> {
+        if pairs.len() > usize::from(PAIRS_MAX) {
+            return None;
+        }
+        let first = pairs.first()?.clone();
+        Some(Self {
+            rx: first.rx,
+            tx: first.tx,
+            mem,
+            features,
+            rx_ctl: first.rx_ctl,
+            tx_ctl: first.tx_ctl,
+            revocation,
+            pairs,
+            active,
+            ctrl,
+        })
+    }
+
     fn mrg_rxbuf(&self) -> bool {
         self.features.load(Ordering::Acquire) & F_MRG_RXBUF != 0
+    }
+
+    /// How many pairs' receive queues frames may go to. A frontend that sets up the
+    /// control queue leaves it to the device: the driver's VQ_PAIRS_SET decides (1 until
+    /// then, virtio 1.2 §5.1.6.5.5). QEMU and DPDK's virtio-user serve the control queue
+    /// themselves and say which pairs are in use by enabling their vrings
+    /// (SET_VRING_ENABLE): then every pair counts, and a frame whose pair's receive queue
+    /// is not enabled goes to pair 0 ([`Fabric::deliver_to`]).
+    fn pairs_in_use(&self) -> usize {
+        if self.pairs.len() <= 1 {
+            return 1;
+        }
+        let ctrl_served = self.ctrl.as_ref().is_some_and(|c| {
+            let c = c.get_ref();
+            c.get_queue().ready() && c.is_enabled()
+        });
+        if ctrl_served {
+            usize::from(self.active.load(Ordering::Acquire)).clamp(1, self.pairs.len())
+        } else {
+            self.pairs.len()
+        }
+    }
+
+    /// The receive queue pair a frame sent on transmit pair `src_q` goes to: pair 0 when
+    /// the pair its flow picks has no running receive queue.
+    fn rx_pair(&self, frame: &[u8], src_q: usize) -> usize {
+        let q = rx_pair(frame, src_q, self.pairs_in_use());
+        let running = |p: &Pair| {
+            let rx = p.rx.get_ref();
+            rx.get_queue().ready() && rx.is_enabled()
+        };
+        if q > 0 && self.pairs.get(q).is_some_and(running) {
+            q
+        } else {
+            0
+        }
     }
 }
 
 /// One port.
-#[derive(Default)]
 pub struct Slot {
     attached: Mutex<Option<Arc<Attached>>>,
     /// A tap device instead of a vhost-user frontend (`--tap`; see [`crate::tap`]).
@@ -89,10 +181,30 @@ pub struct Slot {
     blocked: AtomicU64,
     /// This port's counters.
     pub counters: Arc<PortCounters>,
-    /// Its receive queue's generic counters.
-    pub rx_queue: Arc<QueueCounters>,
-    /// Its transmit queue's generic counters.
-    pub tx_queue: Arc<QueueCounters>,
+    /// Its receive queues' generic counters, one per queue pair.
+    pub rx_queues: Vec<Arc<QueueCounters>>,
+    /// Its transmit queues' generic counters, one per queue pair.
+    pub tx_queues: Vec<Arc<QueueCounters>>,
+}
+
+impl Slot {
+    fn new(pairs: u16) -> Self {
+        let n = usize::from(pairs.clamp(1, PAIRS_MAX));
+        Self {
+            attached: Mutex::default(),
+            tap: std::sync::OnceLock::new(),
+            blocked: AtomicU64::new(0),
+            counters: Arc::default(),
+            rx_queues: (0..n).map(|_| Arc::default()).collect(),
+            tx_queues: (0..n).map(|_| Arc::default()).collect(),
+        }
+    }
+
+    /// Queue pairs of this port.
+    #[must_use]
+    pub fn pairs(&self) -> usize {
+        self.rx_queues.len()
+    }
 }
 
 /// Every port and the switch between them.
@@ -104,12 +216,19 @@ pub struct Fabric {
 }
 
 impl Fabric {
-    /// A fabric of `switch.ports()` ports (at most [`PORTS_MAX`]).
+    /// A fabric of `switch.ports()` ports (at most [`PORTS_MAX`]) of one queue pair each.
     #[must_use]
     pub fn new(switch: Switch) -> Self {
+        Self::with_pairs(switch, 1)
+    }
+
+    /// A fabric of `switch.ports()` ports (at most [`PORTS_MAX`]) of `pairs` queue pairs
+    /// each (1 to [`PAIRS_MAX`]).
+    #[must_use]
+    pub fn with_pairs(switch: Switch, pairs: u16) -> Self {
         let n = switch.ports().min(PORTS_MAX);
         Self {
-            slots: (0..n).map(|_| Slot::default()).collect(),
+            slots: (0..n).map(|_| Slot::new(pairs)).collect(),
             switch,
             pmd: None,
         }
@@ -206,11 +325,13 @@ impl Fabric {
         if let Some(old) = old {
             // Waits for a delivery in progress on another thread (it holds the vring lock)
             // and stops any later one that still holds the old `Attached`.
-            old.rx.set_queue_ready(false);
-            old.tx.set_queue_ready(false);
-            let q = u16::try_from(2 * p).unwrap_or(u16::MAX);
-            lock(&old.rx_ctl).notifier.clear(q);
-            lock(&old.tx_ctl).notifier.clear(q + 1);
+            for (i, pair) in old.pairs.iter().enumerate() {
+                pair.rx.set_queue_ready(false);
+                pair.tx.set_queue_ready(false);
+                let q = u16::try_from(2 * i).unwrap_or(u16::MAX);
+                lock(&pair.rx_ctl).notifier.clear(q);
+                lock(&pair.tx_ctl).notifier.clear(q + 1);
+            }
         }
         self.switch.forget_port(p);
         self.wake_blocked(p);
@@ -240,25 +361,39 @@ impl Fabric {
         }
     }
 
-    /// Take every available frame off port `src`'s transmit queue and switch it, until the
-    /// queue is empty (kicks re-enabled, after the kick-wait policy's poll window if it has
-    /// one) or a destination has no room. Completions go through the queue's moderation.
+    /// [`Self::service_txq`] of every transmit queue of port `src`.
     pub fn service_tx(&self, src: usize) {
         let Some(me) = self.attached(src) else {
             return;
         };
+        for q in 0..me.pairs.len() {
+            self.service_txq(src, &me, q);
+        }
+    }
+
+    /// Take every available frame off port `src`'s transmit queue of pair `q` and switch
+    /// it, until the queue is empty (kicks re-enabled, after the kick-wait policy's poll
+    /// window if it has one) or a destination has no room. Completions go through the
+    /// queue's moderation.
+    fn service_txq(&self, src: usize, me: &Attached, q: usize) {
+        let Some(pair) = me.pairs.get(q) else {
+            return;
+        };
         let mem = me.mem.memory();
-        let mut tx = me.tx.get_mut();
+        let mut tx = pair.tx.get_mut();
         if !tx.get_queue().ready() || !tx.is_enabled() {
             return;
         }
-        let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ctl = pair.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
         let mut ring = LiveRing {
             state: &mut tx,
             mem: &me.mem,
         };
         SCRATCH.with_borrow_mut(|scratch| {
-            let mut dests = Dests::default();
+            let mut dests = Dests {
+                src_q: q,
+                ..Dests::default()
+            };
             loop {
                 let (end, _) = self.tx_batch(
                     src, &mut ring, &mut ctl, &mem, &mut dests, scratch, TX_BATCH,
@@ -279,7 +414,7 @@ impl Fabric {
                 if ring.state.enable_notification().unwrap_or(false) {
                     continue;
                 }
-                if ctl.notifier.resuming() || !self.kick_wait(src, &me, &mut ring, &mut ctl, &mem) {
+                if ctl.notifier.resuming() || !self.kick_wait(src, me, &mut ring, &mut ctl, &mem) {
                     return;
                 }
             }
@@ -471,33 +606,38 @@ impl Fabric {
         }
     }
 
-    /// Deliver port `p`'s receive hold timer if it is due (its worker is busy polling).
+    /// Deliver port `p`'s receive hold timers that are due (its worker is busy polling).
     fn fire_rx_due(&self, p: usize, me: &Attached, now: u64) {
-        let mut rx = me.rx.get_mut();
         let mem = me.mem.memory();
-        let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        let RxCtl {
-            notifier, window, ..
-        } = &mut *ctl;
-        if notifier.deadline().is_some_and(|d| now >= d) {
-            let mut ring = RxRing {
-                state: &mut rx,
-                window,
-            };
-            if let Err(e) = notifier.fire_due(now, &mut ring, &mem) {
-                tracing::warn!(port = p, error = %e, "receive notification failed");
+        for pair in &me.pairs {
+            let mut rx = pair.rx.get_mut();
+            let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            let RxCtl {
+                notifier, window, ..
+            } = &mut *ctl;
+            if notifier.deadline().is_some_and(|d| now >= d) {
+                let mut ring = RxRing {
+                    state: &mut rx,
+                    window,
+                };
+                if let Err(e) = notifier.fire_due(now, &mut ring, &mem) {
+                    tracing::warn!(port = p, error = %e, "receive notification failed");
+                }
             }
         }
     }
 
-    /// Port `p`'s receive hold timer fired.
-    pub fn on_rx_timer(&self, p: usize) {
+    /// Port `p`'s receive hold timer of queue pair `q` fired.
+    pub fn on_rx_timer(&self, p: usize, q: usize) {
         let Some(me) = self.attached(p) else {
             return;
         };
-        let mut rx = me.rx.get_mut();
+        let Some(pair) = me.pairs.get(q) else {
+            return;
+        };
+        let mut rx = pair.rx.get_mut();
         let mem = me.mem.memory();
-        let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
         let RxCtl {
             notifier, window, ..
         } = &mut *ctl;
@@ -512,15 +652,19 @@ impl Fabric {
         }
     }
 
-    /// Port `p`'s transmit hold timer fired (held completions, or a resume).
-    pub fn on_tx_timer(&self, p: usize) {
+    /// Port `p`'s transmit hold timer of queue pair `q` fired (held completions, or a
+    /// resume).
+    pub fn on_tx_timer(&self, p: usize, q: usize) {
         let Some(me) = self.attached(p) else {
             return;
         };
+        let Some(pair) = me.pairs.get(q) else {
+            return;
+        };
         let resume = {
-            let mut tx = me.tx.get_mut();
+            let mut tx = pair.tx.get_mut();
             let mem = me.mem.memory();
-            let mut ctl = me.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut ctl = pair.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
             let TxCtl {
                 notifier, window, ..
             } = &mut *ctl;
@@ -534,23 +678,25 @@ impl Fabric {
         if resume {
             match &self.pmd {
                 Some(pmd) => pmd.wake(),
-                None => self.service_tx(p),
+                None => self.service_txq(p, &me, q),
             }
         }
     }
 
-    /// Port `p`'s transmit queue was kicked.
-    pub fn on_tx_kick(&self, p: usize) {
-        if let Some(me) = self.attached(p) {
-            me.tx_ctl
+    /// Port `p`'s transmit queue of pair `q` was kicked.
+    pub fn on_tx_kick(&self, p: usize, q: usize) {
+        let me = self.attached(p);
+        if let Some(pair) = me.as_ref().and_then(|me| me.pairs.get(q)) {
+            pair.tx_ctl
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .poller
                 .on_kick();
         }
-        match &self.pmd {
-            Some(pmd) => pmd.wake(),
-            None => self.service_tx(p),
+        match (&self.pmd, me) {
+            (Some(pmd), _) => pmd.wake(),
+            (None, Some(me)) => self.service_txq(p, &me, q),
+            (None, None) => {}
         }
     }
 
@@ -570,8 +716,9 @@ impl Fabric {
                 // as a change during the arm: waiting then stalled the source until its next
                 // transmit kick, for good once the driver stopped sending); look again while
                 // buffers arrive during the arm (bounded).
+                let q = self.rx_pair(dst, frame, dests);
                 for attempt in 0..ARM_ATTEMPTS {
-                    match self.deliver_to(dst, frame, dests, s, attempt > 0) {
+                    match self.deliver_to(dst, q, frame, dests, s, attempt > 0) {
                         Some(RxOutcome::Delivered(_)) => return Sent::Done,
                         Some(RxOutcome::NoRoom) if attempt == 0 => {
                             self.slots[dst].blocked.fetch_or(1 << src, Ordering::AcqRel);
@@ -583,7 +730,7 @@ impl Fabric {
                         }
                         Some(_) => return Sent::Dropped,
                     }
-                    if !self.arm(dst, dests) && attempt > 0 {
+                    if !self.arm(dst, q, dests) && attempt > 0 {
                         return Sent::Wait;
                     }
                 }
@@ -592,7 +739,8 @@ impl Fabric {
             Route::Flood => {
                 let mut any = false;
                 for dst in (0..self.slots.len()).filter(|&d| d != src) {
-                    match self.deliver_to(dst, frame, dests, s, false) {
+                    let q = self.rx_pair(dst, frame, dests);
+                    match self.deliver_to(dst, q, frame, dests, s, false) {
                         Some(RxOutcome::Delivered(_)) => any = true,
                         Some(RxOutcome::NoRoom) => {
                             PortCounters::add(&self.slots[dst].counters.rx_no_room, 1);
@@ -610,10 +758,21 @@ impl Fabric {
         }
     }
 
-    /// Write `frame` into port `dst`'s receive queue; `None` when it has no running queue.
+    /// The receive queue pair of port `dst` that `frame` goes to (0 when `dst` is not
+    /// attached or has one pair).
+    fn rx_pair(&self, dst: usize, frame: &[u8], dests: &mut Dests) -> usize {
+        let src_q = dests.src_q;
+        dests
+            .get(dst, || self.attached(dst))
+            .map_or(0, |a| a.rx_pair(frame, src_q))
+    }
+
+    /// Write `frame` into port `dst`'s receive queue of pair `q`; `None` when it has no
+    /// running queue there.
     fn deliver_to(
         &self,
         dst: usize,
+        q: usize,
         frame: &[u8],
         dests: &mut Dests,
         rx_scratch: &mut RxScratch,
@@ -629,7 +788,8 @@ impl Fabric {
         if revoked_in(&mem).is_some() {
             return None; // its frontend truncated its memory: the connection is going away
         }
-        let mut rx = a.rx.get_mut();
+        let pair = a.pairs.get(q)?;
+        let mut rx = pair.rx.get_mut();
         if !rx.get_queue().ready() || !rx.is_enabled() {
             return None;
         }
@@ -640,13 +800,13 @@ impl Fabric {
                 PortCounters::add(&c.rx_frames, 1);
                 PortCounters::add(&c.rx_bytes, frame.len() as u64);
                 PortCounters::add(&c.rx_buffers, u64::from(n));
-                let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
                 let RxCtl {
                     notifier,
                     window,
                     classify: parse,
                 } = &mut *ctl;
-                let batch = dests.batch(dst, || notifier.completions());
+                let batch = dests.batch(dst, q, || notifier.completions());
                 // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
                 // burst heuristics decide on; the other policies use only the bytes, so
                 // only `dim-lat` pays for parsing the headers.
@@ -681,18 +841,22 @@ impl Fabric {
                 tracing::warn!(port = dst, "receive queue broken");
                 PortCounters::add(&c.queue_broken, 1);
                 drop(rx);
-                a.rx.set_queue_ready(false);
+                pair.rx.set_queue_ready(false);
             }
         }
         Some(out)
     }
 
-    /// Arm port `dst`'s refill kick; true when buffers arrived meanwhile.
-    fn arm(&self, dst: usize, dests: &mut Dests) -> bool {
+    /// Arm the refill kick of port `dst`'s receive queue of pair `q`; true when buffers
+    /// arrived meanwhile.
+    fn arm(&self, dst: usize, q: usize, dests: &mut Dests) -> bool {
         let Some(a) = dests.get(dst, || self.attached(dst)) else {
             return false;
         };
-        let rx = a.rx.get_mut();
+        let Some(pair) = a.pairs.get(q) else {
+            return false;
+        };
+        let rx = pair.rx.get_mut();
         let mem = a.mem.memory();
         arm_refill_kick(rx.get_queue(), &*mem).unwrap_or(false)
     }
@@ -700,16 +864,20 @@ impl Fabric {
     /// End every destination's batch of receive completions (deferred notifications, hold
     /// timer following the policy's last decision).
     fn flush_dests(&self, dests: &mut Dests) {
-        for dst in 0..dests.batches.len() {
-            let Some(batch) = dests.batches[dst].take() else {
+        for i in 0..dests.batches.len() {
+            let Some(batch) = dests.batches[i].take() else {
                 continue;
             };
+            let (dst, q) = (i / usize::from(PAIRS_MAX), i % usize::from(PAIRS_MAX));
             let Some(a) = dests.get(dst, || self.attached(dst)) else {
                 continue;
             };
-            let mut rx = a.rx.get_mut();
+            let Some(pair) = a.pairs.get(q) else {
+                continue;
+            };
+            let mut rx = pair.rx.get_mut();
             let mem = a.mem.memory();
-            let mut ctl = a.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
             let RxCtl {
                 notifier, window, ..
             } = &mut *ctl;
@@ -772,8 +940,12 @@ enum Sent {
 #[derive(Default)]
 struct Dests {
     cache: Vec<Option<Option<Arc<Attached>>>>,
-    /// The open batch of receive completions of each destination.
+    /// The open batch of receive completions of each destination's receive queue (index
+    /// `port * PAIRS_MAX + pair`).
     batches: Vec<Option<Completions>>,
+    /// The transmit queue pair the frames come from (the receive queue of a frame without
+    /// a flow hash, see [`crate::flow`]).
+    src_q: usize,
 }
 
 impl Dests {
@@ -788,11 +960,17 @@ impl Dests {
         self.cache[p].get_or_insert_with(load).clone()
     }
 
-    fn batch(&mut self, p: usize, open: impl FnOnce() -> Completions) -> &mut Completions {
-        if self.batches.len() <= p {
-            self.batches.resize_with(p + 1, || None);
+    fn batch(
+        &mut self,
+        p: usize,
+        q: usize,
+        open: impl FnOnce() -> Completions,
+    ) -> &mut Completions {
+        let i = p * usize::from(PAIRS_MAX) + q;
+        if self.batches.len() <= i {
+            self.batches.resize_with(i + 1, || None);
         }
-        self.batches[p].get_or_insert_with(open)
+        self.batches[i].get_or_insert_with(open)
     }
 }
 

@@ -15,7 +15,8 @@
 //!   copy into receive buffers with MRG_RXBUF;
 //! - [`queues`]: each queue's moderation and kick waits, from the shared crate
 //!   `vmirq-vhost` (one implementation for the block and the net device);
-//! - [`switch`]: where a frame goes; [`virtio`]: the virtio-net definitions; [`tap`]: a
+//! - [`switch`]: where a frame goes (which port; [`flow`]: which of its queue pairs);
+//!   [`virtio`]: the virtio-net definitions; [`tap`]: a
 //!   Linux tap device as a port (`--tap`);
 //! - [`ctrlq`]: the control virtqueue on a live ring; [`ctrl`]: its commands (NOTF_COAL etc.) as a pure state machine,
 //!   [`classify`]: packet classification for latency-adaptive moderation.
@@ -33,6 +34,8 @@ pub mod counters;
 pub mod ctrl;
 pub mod ctrlq;
 pub mod fabric;
+pub mod flow;
+pub mod metrics;
 pub mod pmd;
 pub mod queues;
 pub mod regions;

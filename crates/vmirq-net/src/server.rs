@@ -7,14 +7,14 @@
 //! the next frontend is accepted on the same socket. Counters live in the fabric and
 //! survive reconnects.
 
-use crate::backend::{NetBackend, ATTACH_EVENT, RX_TIMER_EVENT, TX_TIMER_EVENT};
+use crate::backend::NetBackend;
 use crate::counters::PortSnapshot;
 use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
 use crate::pmd::PmdSnapshot;
 use crate::queues::{Datapath, Policies};
 use crate::switch::{Switch, SwitchMode};
 use crate::tap::Tap;
-use crate::virtio::{default_mac, Mac, NetConfig, QUEUES, S_LINK_UP};
+use crate::virtio::{default_mac, queues, Mac, NetConfig, PAIRS_MAX, S_LINK_UP};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -82,6 +82,11 @@ pub struct ServerConfig {
     pub queue_size: u16,
     /// Moderation and kick-wait policies of every queue.
     pub policies: Policies,
+    /// Queue pairs of each vhost-user port (`--queues`, 1 to [`PAIRS_MAX`]): more than one
+    /// offers VIRTIO_NET_F_MQ.
+    pub queue_pairs: u16,
+    /// Where to serve Prometheus counters (`--metrics`; see [`crate::metrics`]).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl ServerConfig {
@@ -95,6 +100,8 @@ impl ServerConfig {
             switch: SwitchMode::Pairs,
             queue_size: 1024,
             policies: Policies::default(),
+            queue_pairs: 1,
+            metrics: None,
         }
     }
 
@@ -111,6 +118,19 @@ impl ServerConfig {
             return Err(ServerError::Config(
                 "queue size must be a power of two up to 32768".into(),
             ));
+        }
+        if !(1..=PAIRS_MAX).contains(&self.queue_pairs) {
+            return Err(ServerError::Config(format!(
+                "--queues {}: a port has 1 to {PAIRS_MAX} queue pairs",
+                self.queue_pairs
+            )));
+        }
+        if self.queue_pairs > 1 && matches!(self.policies.datapath, Datapath::Pmd { .. }) {
+            return Err(ServerError::Config(format!(
+                "--queues {} with --datapath {}: the pmd thread serves one queue pair per \
+                 port; use --datapath per-port for several queue pairs",
+                self.queue_pairs, self.policies.datapath
+            )));
         }
         Ok(())
     }
@@ -149,11 +169,26 @@ impl ServerHandle {
             .collect()
     }
 
-    /// The generic counters of port `p`'s receive and transmit queues.
+    /// The generic counters of port `p`'s receive and transmit queues of pair 0.
     #[must_use]
     pub fn queue_counters(&self, p: usize) -> Option<(QueueSnapshot, QueueSnapshot)> {
+        self.pair_counters(p, 0)
+    }
+
+    /// The generic counters of port `p`'s receive and transmit queues of pair `q`.
+    #[must_use]
+    pub fn pair_counters(&self, p: usize, q: usize) -> Option<(QueueSnapshot, QueueSnapshot)> {
         let s = self.fabric.slot(p)?;
-        Some((s.rx_queue.snapshot(), s.tx_queue.snapshot()))
+        Some((
+            s.rx_queues.get(q)?.snapshot(),
+            s.tx_queues.get(q)?.snapshot(),
+        ))
+    }
+
+    /// Queue pairs of port `p`.
+    #[must_use]
+    pub fn pairs(&self, p: usize) -> usize {
+        self.fabric.slot(p).map_or(0, crate::fabric::Slot::pairs)
     }
 
     /// Whether port `p` has a frontend right now (false again only after its connection
@@ -220,7 +255,7 @@ impl Server {
             .collect::<Result<Vec<_>>>()?;
         let switch = Switch::new(config.switch, n);
         let fabric = Arc::new(match config.policies.datapath {
-            Datapath::PerPort => Fabric::new(switch),
+            Datapath::PerPort => Fabric::with_pairs(switch, config.queue_pairs),
             Datapath::Pmd { .. } => Fabric::with_pmd(switch).0,
         });
         let taps = config
@@ -272,6 +307,10 @@ impl Server {
             taps,
         } = self;
         let first_tap = listeners.len();
+        if let Some(addr) = config.metrics {
+            let h = handle.clone();
+            vmirq_vhost::metrics::spawn(addr, Box::new(move || crate::metrics::prometheus(&h)))?;
+        }
         tracing::info!(
             sockets = listeners.len(),
             taps = taps.len(),
@@ -382,6 +421,7 @@ fn serve_connection(
     let config = NetConfig {
         mac,
         status: S_LINK_UP,
+        max_pairs: cfg.queue_pairs,
     };
     let backend = Arc::new(NetBackend::new(
         port,
@@ -391,23 +431,26 @@ fn serve_connection(
         mem.clone(),
         &cfg.policies,
     )?);
-    let (rx_timer, tx_timer) = backend.timer_fds();
+    let timers = backend.timer_fds();
     let attach = backend.attach_fd();
+    let events = backend.events();
     let connection = Connection {
         name: "vmirq-net",
         backend: Arc::clone(&backend),
         mem,
         limits: Limits {
-            queues: u16::try_from(QUEUES).unwrap_or(u16::MAX),
+            queues: u16::try_from(queues(cfg.queue_pairs)).unwrap_or(u16::MAX),
             max_queue_size: cfg.queue_size,
         },
         inflight: None,
     };
     let mut conn = GuardedDaemon::start(frontend, connection, |daemon| {
         for handler in daemon.get_epoll_handlers() {
-            handler.register_listener(attach, EventSet::IN, ATTACH_EVENT)?;
-            handler.register_listener(rx_timer, EventSet::IN, RX_TIMER_EVENT)?;
-            handler.register_listener(tx_timer, EventSet::IN, TX_TIMER_EVENT)?;
+            handler.register_listener(attach, EventSet::IN, events.attach())?;
+            for (q, &(rx_timer, tx_timer)) in timers.iter().enumerate() {
+                handler.register_listener(rx_timer, EventSet::IN, events.rx_timer(q))?;
+                handler.register_listener(tx_timer, EventSet::IN, events.tx_timer(q))?;
+            }
         }
         Ok(())
     })

@@ -10,6 +10,8 @@ pub const F_MRG_RXBUF: u64 = 1 << 15;
 pub const F_STATUS: u64 = 1 << 16;
 /// `VIRTIO_NET_F_CTRL_VQ`.
 pub const F_CTRL_VQ: u64 = 1 << 17;
+/// `VIRTIO_NET_F_MQ`: several queue pairs, `max_virtqueue_pairs` in the config space.
+pub const F_MQ: u64 = 1 << 22;
 /// `VIRTIO_NET_F_VQ_NOTF_COAL`.
 pub const F_VQ_NOTF_COAL: u64 = 1 << 52;
 /// `VIRTIO_NET_F_NOTF_COAL`.
@@ -32,6 +34,17 @@ pub const DEVICE_FEATURES: u64 = F_MAC
     | F_PROTOCOL_FEATURES
     | F_VERSION_1;
 
+/// Features a device of `pairs` queue pairs offers: [`DEVICE_FEATURES`], and `MQ` when
+/// `pairs > 1` (a one-pair device does not offer it, as QEMU's `queues=1` does not).
+#[must_use]
+pub const fn device_features(pairs: u16) -> u64 {
+    if pairs > 1 {
+        DEVICE_FEATURES | F_MQ
+    } else {
+        DEVICE_FEATURES
+    }
+}
+
 /// Length of `virtio_net_hdr` under VERSION_1 (with `num_buffers`).
 pub const HDR_LEN: usize = 12;
 /// `VIRTIO_NET_HDR_GSO_NONE`.
@@ -50,6 +63,21 @@ pub const TX_QUEUE: usize = 1;
 pub const CTRL_QUEUE: usize = 2;
 /// Virtqueues per device (one RX/TX pair and the control queue).
 pub const QUEUES: usize = 3;
+/// Most queue pairs per port (`--queues`).
+pub const PAIRS_MAX: u16 = 16;
+
+/// Virtqueues of a device of `pairs` queue pairs (virtio 1.2 §5.1.2: receiveq1,
+/// transmitq1, ..., receiveqN, transmitqN, then the control queue).
+#[must_use]
+pub const fn queues(pairs: u16) -> usize {
+    2 * pairs as usize + 1
+}
+
+/// Virtqueue index of the control queue of a device of `pairs` queue pairs.
+#[must_use]
+pub const fn ctrl_queue(pairs: u16) -> usize {
+    2 * pairs as usize
+}
 
 /// `VIRTIO_NET_S_LINK_UP`.
 pub const S_LINK_UP: u16 = 1;
@@ -90,22 +118,28 @@ pub fn rx_hdr(num_buffers: u16) -> [u8; HDR_LEN] {
     h
 }
 
-/// The device configuration space (`struct virtio_net_config`, §5.1.4) up to `status`.
+/// The device configuration space (`struct virtio_net_config`, §5.1.4) up to `status`,
+/// and `max_virtqueue_pairs` when the device offers MQ (more than one pair).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NetConfig {
     /// `mac`.
     pub mac: Mac,
     /// `status` (link state).
     pub status: u16,
+    /// `max_virtqueue_pairs` (1: the field is not part of the space, MQ is not offered).
+    pub max_pairs: u16,
 }
 
 impl NetConfig {
-    /// The config space as bytes.
+    /// The config space as bytes (8, or 10 with `max_virtqueue_pairs`).
     #[must_use]
-    pub fn bytes(&self) -> [u8; 8] {
-        let mut b = [0u8; 8];
-        b[..6].copy_from_slice(&self.mac);
-        b[6..8].copy_from_slice(&self.status.to_le_bytes());
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(10);
+        b.extend_from_slice(&self.mac);
+        b.extend_from_slice(&self.status.to_le_bytes());
+        if self.max_pairs > 1 {
+            b.extend_from_slice(&self.max_pairs.to_le_bytes());
+        }
         b
     }
 
@@ -158,12 +192,29 @@ mod tests {
         let c = NetConfig {
             mac: [1, 2, 3, 4, 5, 6],
             status: S_LINK_UP,
+            max_pairs: 1,
         };
         assert_eq!(c.read(0, 6), vec![1, 2, 3, 4, 5, 6]);
         assert_eq!(c.read(6, 2), vec![1, 0]);
         assert!(c.read(7, 2).is_empty());
+        assert!(c.read(8, 2).is_empty(), "no max_virtqueue_pairs without MQ");
         assert!(c.read(u32::MAX, 2).is_empty());
         assert!(c.read(0, u32::MAX).is_empty());
+    }
+
+    #[test]
+    fn spec_5_1_4_mq_device_has_max_virtqueue_pairs_and_2n_plus_1_queues() {
+        let c = NetConfig {
+            mac: [1, 2, 3, 4, 5, 6],
+            status: S_LINK_UP,
+            max_pairs: 4,
+        };
+        assert_eq!(c.read(8, 2), vec![4, 0]);
+        assert!(c.read(9, 2).is_empty());
+        assert_eq!(device_features(4) & F_MQ, F_MQ);
+        assert_eq!(device_features(1) & F_MQ, 0);
+        assert_eq!((queues(1), ctrl_queue(1)), (QUEUES, CTRL_QUEUE));
+        assert_eq!((queues(4), ctrl_queue(4)), (9, 8));
     }
 
     #[test]

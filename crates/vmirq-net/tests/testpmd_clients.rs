@@ -5,6 +5,8 @@
 //! drops nothing, and the same holds after the client process is replaced (a reconnect of
 //! both ports).
 //!
+//! With `--queues 2`, virtio-user's `queues=2` client loops through both queue pairs.
+//!
 //! Says SKIPPED on stderr when dpdk-testpmd is not installed or hugepages are missing
 //! (scripts/setup.sh installs DPDK, scripts/hugepages.sh reserves the pages).
 
@@ -25,12 +27,13 @@ const REPORTS: usize = 3;
 /// by default; 1024 is the largest queue size serve-net offers).
 const RING: u64 = 1024;
 
-fn one_client(server: &common::Running, round: usize) -> Vec<peer::ForwardStats> {
+fn one_client(server: &common::Running, round: usize, queues: u16) -> Vec<peer::ForwardStats> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let cfg = TestPmdConfig::virtio_user_client(
+    let mut cfg = TestPmdConfig::virtio_user_client(
         server.sockets.clone(),
         dir.path().join(format!("client{round}.log")),
     );
+    cfg.queues = queues;
     let mut pmd = TestPmd::start(&cfg).expect("testpmd starts");
     let log = cfg.log.clone();
     pmd.wait_until(
@@ -47,20 +50,74 @@ fn one_client(server: &common::Running, round: usize) -> Vec<peer::ForwardStats>
     peer::forward_stats(&text)
 }
 
-#[test]
-fn testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect() {
-    let test = "testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect";
+/// One testpmd client at a time: the tests of this file run on threads of one process, and
+/// two clients would share the hugepages and the 2 CPUs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether testpmd can run here (else says SKIPPED).
+fn can_run(test: &str) -> bool {
     if peer::testpmd_exe().is_none() {
         skip(test, "dpdk-testpmd not installed (apt-get install dpdk)");
-        return;
+        return false;
     }
     if peer::hugepages_free_mb().is_none_or(|mb| mb < 512) {
         skip(
             test,
             "virtio-user needs 512 MiB of free hugepages (scripts/hugepages.sh)",
         );
+        return false;
+    }
+    true
+}
+
+/// `--queues 2` against virtio-user's `queues=2` with `--rxq=2 --txq=2`: virtio-user
+/// serves the control queue itself and enables both pairs' vrings, so the switch uses both
+/// pairs' queues; nothing is dropped and both transmit queues of each port are served.
+#[test]
+fn testpmd_virtio_user_with_two_queue_pairs_loops_through_the_switch() {
+    let test = "testpmd_virtio_user_with_two_queue_pairs_loops_through_the_switch";
+    if !can_run(test) {
         return;
     }
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let server = common::start(2, |c| c.queue_pairs = 2);
+    let stats = one_client(&server, 0, 2);
+    for p in 0..2 {
+        server.wait_idle(p);
+    }
+    let now = server.handle.counters();
+    let _ = writeln!(std::io::stderr(), "testpmd {stats:?}\nswitch {now:?}");
+    assert_eq!(stats.len(), 2, "testpmd printed its forward statistics");
+    for s in &stats {
+        assert_eq!(s.rx_dropped + s.tx_dropped, 0, "testpmd dropped: {stats:?}");
+        assert!(s.rx_packets > 1_000 && s.tx_packets > 1_000, "{stats:?}");
+    }
+    for (p, c) in now.iter().enumerate() {
+        assert_eq!(c.dropped() - c.tx_no_destination, 0, "port {p}: {c:?}");
+        assert!(c.tx_no_destination <= RING, "port {p}: {c:?}");
+        assert_eq!(c.rx_bad_chain + c.queue_broken, 0, "port {p}: {c:?}");
+        for q in 0..2 {
+            let (_, tx) = server.handle.pair_counters(p, q).expect("pair");
+            assert!(
+                tx.notifications + tx.suppressed > 0,
+                "port {p}: transmit queue of pair {q} never completed a frame: {tx:?}"
+            );
+        }
+    }
+    server.stop();
+}
+
+#[test]
+fn testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect() {
+    let test = "testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect";
+    if !can_run(test) {
+        return;
+    }
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // Both data paths, one after the other (two testpmd clients at once would share the
     // hugepages and the 2 CPUs).
     for datapath in [Datapath::PerPort, Datapath::Pmd { cpu: None }] {
@@ -68,7 +125,7 @@ fn testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect() {
         let server = common::start(2, |c| c.policies.datapath = datapath);
         let mut last = server.handle.counters();
         for round in 0..2 {
-            let stats = one_client(&server, round);
+            let stats = one_client(&server, round, 1);
             for p in 0..2 {
                 server.wait_idle(p);
             }

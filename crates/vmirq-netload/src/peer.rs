@@ -103,6 +103,9 @@ pub struct TestPmdConfig {
     pub max_pkt_len: u32,
     /// Where its output goes.
     pub log: PathBuf,
+    /// Queue pairs per port (virtio-user's `queues=N` and `--rxq=N --txq=N`; 1: neither
+    /// given).
+    pub queues: u16,
 }
 
 impl TestPmdConfig {
@@ -123,6 +126,7 @@ impl TestPmdConfig {
             mbufs: 16384,
             max_pkt_len: 9216,
             log,
+            queues: 1,
         }
     }
 
@@ -162,6 +166,11 @@ impl TestPmdConfig {
             a.push("--vdev".into());
             a.push(match self.role {
                 Role::VhostPeer => format!("net_vhost{i},iface={}", s.display()),
+                Role::VirtioUser if self.queues > 1 => format!(
+                    "net_virtio_user{i},path={},queues={}",
+                    s.display(),
+                    self.queues
+                ),
                 Role::VirtioUser => format!("net_virtio_user{i},path={}", s.display()),
             });
         }
@@ -177,6 +186,10 @@ impl TestPmdConfig {
             .map(String::from),
         );
         a.push(format!("--total-num-mbufs={}", self.mbufs));
+        if self.queues > 1 {
+            a.push(format!("--rxq={}", self.queues));
+            a.push(format!("--txq={}", self.queues));
+        }
         a.push(format!("--max-pkt-len={}", self.max_pkt_len));
         if self.max_pkt_len > 2048 {
             // One mbuf per jumbo frame (the default 2176-byte mbufs would chain five).

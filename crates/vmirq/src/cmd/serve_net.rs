@@ -50,6 +50,17 @@ pub struct Args {
     /// long it keeps polling once idle).
     #[arg(long, default_value = "per-port", value_name = "MODE")]
     datapath: Datapath,
+    /// Queue PAIRS of each vhost-user port, as QEMU's `-netdev vhost-user,queues=N` and
+    /// DPDK's vhost PMD `queues=N` count them (1 to 16): more than one offers
+    /// VIRTIO_NET_F_MQ with 2N + 1 virtqueues; the driver picks how many it uses
+    /// (VQ_PAIRS_SET, `ethtool -L combined`). A frame goes to the receive queue its flow
+    /// hash picks. Only with `--datapath per-port`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    queues: u16,
+    /// Serve Prometheus counters on PORT (loopback) or HOST:PORT, as `vmirq serve` does:
+    /// every port's and queue's counters, and the pmd thread's with `--datapath pmd`.
+    #[arg(long, value_name = "ADDR", value_parser = vmirq_net::metrics::parse_addr)]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 fn parse_switch(s: &str) -> Result<SwitchMode, String> {
@@ -75,6 +86,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     cfg.macs = args.macs;
     cfg.switch = args.switch;
     cfg.queue_size = args.queue_size;
+    cfg.queue_pairs = args.queues;
+    cfg.metrics = args.metrics;
     cfg.policies = Policies {
         moderation: args.moderation,
         poll: args.poll,
@@ -109,9 +122,11 @@ fn summary(handle: &ServerHandle) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         out.push_str(&format!("port {p}: {}\n", pairs.join(" ")));
-        if let Some((rx, tx)) = handle.queue_counters(p) {
-            out.push_str(&vmirq_vhost::counters::summary(&[rx, tx]));
-        }
+        let queues: Vec<_> = (0..handle.pairs(p))
+            .filter_map(|q| handle.pair_counters(p, q))
+            .flat_map(|(rx, tx)| [rx, tx])
+            .collect();
+        out.push_str(&vmirq_vhost::counters::summary(&queues));
     }
     out
 }
