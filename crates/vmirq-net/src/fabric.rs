@@ -262,7 +262,10 @@ impl Fabric {
                 );
                 self.flush_dests(&mut dests);
                 match end {
-                    BatchEnd::More => continue,
+                    BatchEnd::More => {
+                        self.fire_port_due(src, &me, &mut ring, &mut ctl, &mem);
+                        continue;
+                    }
                     BatchEnd::Stop => {
                         if revoked_in(&mem).is_some() {
                             me.revocation.check(); // this thread may not be the port's worker
@@ -274,6 +277,7 @@ impl Fabric {
                 // Empty: re-enable kicks and look again (§2.7.10: the driver may have added
                 // buffers before it saw the notification flag or event index).
                 if ring.state.enable_notification().unwrap_or(false) {
+                    self.fire_port_due(src, &me, &mut ring, &mut ctl, &mem);
                     continue;
                 }
                 if ctl.notifier.resuming() || !self.kick_wait(src, &me, &mut ring, &mut ctl, &mem) {
@@ -458,7 +462,37 @@ impl Fabric {
         }
     }
 
-    /// Deliver port `p`'s receive hold timer if it is due (its worker is busy polling).
+    /// Between transmit batches: deliver port `src`'s hold timers that are due. Its worker
+    /// serves them from epoll, which it does not reach while its driver keeps the transmit
+    /// ring from running empty; without this a held receive interrupt of the port waited
+    /// for the driver to pause (`tests/hold_timer_starvation.rs`). Costs one clock read
+    /// and the receive queue's moderation lock per batch (up to [`TX_BATCH`] frames); the
+    /// receive vring is locked only when its hold is due.
+    fn fire_port_due(
+        &self,
+        src: usize,
+        me: &Attached,
+        tx: &mut LiveRing<'_>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+    ) {
+        let now = now_ns();
+        if let Err(e) = ctl.notifier.fire_due(now, tx, mem) {
+            tracing::warn!(port = src, error = %e, "transmit notification failed");
+        }
+        // Lock order: the moderation lock alone, released before `fire_rx_due` takes the
+        // receive vring and then the moderation lock again.
+        let rx_due = lock(&me.rx_ctl)
+            .notifier
+            .deadline()
+            .is_some_and(|d| now >= d);
+        if rx_due {
+            self.fire_rx_due(src, me, now);
+        }
+    }
+
+    /// Deliver port `p`'s receive hold timer if it is due (its worker is busy polling or
+    /// forwarding).
     fn fire_rx_due(&self, p: usize, me: &Attached, now: u64) {
         let mut rx = me.rx.get_mut();
         let mem = me.mem.memory();
