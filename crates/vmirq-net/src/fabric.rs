@@ -254,13 +254,19 @@ impl Fabric {
             state: &mut tx,
             mem: &me.mem,
         };
+        let watch = lock(&me.rx_ctl).tx_watch;
         SCRATCH.with_borrow_mut(|scratch| {
             let mut dests = Dests::default();
+            scratch.watch = watch;
             loop {
                 let (end, _) = self.tx_batch(
                     src, &mut ring, &mut ctl, &mem, &mut dests, scratch, TX_BATCH,
                 );
                 self.flush_dests(&mut dests);
+                if !scratch.sent_small.is_empty() {
+                    self.tell_rx(src, &me, &scratch.sent_small);
+                    scratch.sent_small.clear();
+                }
                 match end {
                     BatchEnd::More => {
                         self.fire_port_due(src, &me, &mut ring, &mut ctl, &mem);
@@ -407,6 +413,9 @@ impl Fabric {
                     match self.switch_frame(src, frame, dests, &mut scratch.rx) {
                         Sent::Done | Sent::Dropped => {
                             bytes = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+                            if scratch.watch.is_some_and(|max| bytes <= max) {
+                                scratch.sent_small.push(classify(frame).completion_meta());
+                            }
                             PortCounters::add(&c.tx_frames, 1);
                             PortCounters::add(&c.tx_bytes, u64::from(bytes));
                         }
@@ -488,6 +497,28 @@ impl Fabric {
             .is_some_and(|d| now >= d);
         if rx_due {
             self.fire_rx_due(src, me, now);
+        }
+    }
+
+    /// Tell port `p`'s receive moderation what its driver just transmitted (the small
+    /// frames of a batch, `dim-lat` only): a short message may release the held receive
+    /// completions ahead of its response.
+    fn tell_rx(&self, p: usize, me: &Attached, sent: &[CompletionMeta]) {
+        let mut rx = me.rx.get_mut();
+        if !rx.get_queue().ready() || !rx.is_enabled() {
+            return;
+        }
+        let mem = me.mem.memory();
+        let mut ctl = me.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let RxCtl {
+            notifier, window, ..
+        } = &mut *ctl;
+        let mut ring = RxRing {
+            state: &mut rx,
+            window,
+        };
+        if let Err(e) = notifier.transmitted(sent, &mut ring, &mem) {
+            tracing::warn!(port = p, error = %e, "receive notification failed");
         }
     }
 
@@ -662,6 +693,7 @@ impl Fabric {
                     notifier,
                     window,
                     classify: parse,
+                    ..
                 } = &mut *ctl;
                 let batch = dests.batch(dst, || notifier.completions());
                 // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
@@ -818,6 +850,10 @@ struct Scratch {
     descs: Vec<virtio_queue::desc::split::Descriptor>,
     frame: Vec<u8>,
     rx: RxScratch,
+    /// The source port's receive policy wants its transmitted frames of at most this size.
+    watch: Option<u32>,
+    /// Those frames of the current batch.
+    sent_small: Vec<CompletionMeta>,
 }
 
 thread_local! {

@@ -99,6 +99,10 @@ pub struct RxCtl {
     /// Whether delivered frames are parsed for the policy (only `dim-lat` decides on a
     /// frame's headers; every other policy needs its length alone).
     pub classify: bool,
+    /// `dim-lat`: the port's transmitted frames of at most this many bytes are told to this
+    /// queue's policy (a short message makes it expect a response,
+    /// `vmirq_policy::moderation::dim::ResponseWait`); `None` for the other policies.
+    pub tx_watch: Option<u32>,
 }
 
 /// A transmit queue's moderation and kick-wait state.
@@ -119,6 +123,10 @@ impl RxCtl {
             notifier: QueueNotifier::new(p.moderation.build(), counters)?,
             window: UsedWindow::default(),
             classify: matches!(p.moderation, ModerationSpec::DimLat(_)),
+            tx_watch: match p.moderation {
+                ModerationSpec::DimLat(c) => c.burst.map(|f| f.small_bytes),
+                _ => None,
+            },
         })
     }
 }
