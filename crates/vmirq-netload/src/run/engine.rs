@@ -62,7 +62,8 @@ pub(super) struct Engine<'a> {
     poll_set: Vec<(usize, bool, RawFd)>,
     touched: Vec<bool>,
     scratch: Vec<u8>,
-    /// Frames of one round: (port, position since the client's last wakeup, parsed frame).
+    /// Frames of one round: (port, frames read from the port before it since its ring was
+    /// last empty, parsed frame).
     inbox: Vec<(usize, u64, std::result::Result<Probe, FrameError>)>,
 }
 
@@ -235,7 +236,7 @@ impl<'a> Engine<'a> {
                     pos += 1;
                 })
                 .map_err(port_err(i))?;
-            msgs.read(i, n);
+            msgs.read(i, n, n < cfg.budget);
             total += n;
             budget_used |= n == cfg.budget;
         }

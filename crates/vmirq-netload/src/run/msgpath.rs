@@ -1,23 +1,19 @@
 //! Where a short message's latency goes on a queue it shares with a bulk stream: for every
-//! response the client reads, how many frames it read from that port since it last woke
-//! from a sleep (the frames it had to get through before the message: a moderated stream
-//! held back and then released with the message's interrupt shows up here), and how long
-//! after that wakeup it reached the response.
-//!
-//! With no moderation a busy client rarely sleeps, so "since the last wakeup" may span many
-//! frames that arrived after the response was asked for: compare the distributions of two
-//! policies on the same workload, not one of them alone.
+//! response the client reads, how many frames it read from that port before it since it
+//! last found that port's receive ring empty (the backlog the response was written behind:
+//! a moderated stream held back and then released with the message's interrupt shows up
+//! here), and how long after the client's last wakeup it reached the response.
 
 use hdrhistogram::{CreationError, Histogram};
 
 /// Counts of the message path (one per client).
 #[derive(Debug, Clone)]
 pub struct MsgPath {
-    /// Frames read from each port since the client last woke.
-    since_wake: Vec<u64>,
+    /// Frames read from each port since its receive ring was last found empty.
+    backlog: Vec<u64>,
     /// When it last woke (ns since the run started).
     woke_ns: u64,
-    /// Frames read from its port ahead of each response, since the last wakeup.
+    /// Frames read from its port ahead of each response, since the ring was last empty.
     pub ahead: Histogram<u64>,
     /// Time from the last wakeup to reading each response (ns).
     pub wake_to_read: Histogram<u64>,
@@ -30,7 +26,7 @@ impl MsgPath {
     /// The histograms cannot be created (not with these constant bounds).
     pub fn new(ports: usize) -> Result<Self, CreationError> {
         Ok(Self {
-            since_wake: vec![0; ports],
+            backlog: vec![0; ports],
             woke_ns: 0,
             ahead: Histogram::new_with_bounds(1, 1 << 32, 3)?,
             wake_to_read: Histogram::new_with_bounds(1, 10_000_000_000, 3)?,
@@ -39,25 +35,25 @@ impl MsgPath {
 
     /// The client returned from a sleep at `now_ns`.
     pub fn woke(&mut self, now_ns: u64) {
-        self.since_wake.iter_mut().for_each(|n| *n = 0);
         self.woke_ns = now_ns;
     }
 
-    /// Frames already read from `port` since the last wakeup (the position of the next one).
+    /// Frames read from `port` since its ring was last empty (the position of the next one).
     #[must_use]
     pub fn position(&self, port: usize) -> u64 {
-        self.since_wake.get(port).copied().unwrap_or(0)
+        self.backlog.get(port).copied().unwrap_or(0)
     }
 
-    /// `n` more frames were read from `port`.
-    pub fn read(&mut self, port: usize, n: usize) {
-        if let Some(c) = self.since_wake.get_mut(port) {
-            *c += n as u64;
+    /// A receive pass read `n` frames from `port`; `drained`: it stopped because the ring
+    /// was empty (not at its budget).
+    pub fn read(&mut self, port: usize, n: usize, drained: bool) {
+        if let Some(c) = self.backlog.get_mut(port) {
+            *c = if drained { 0 } else { *c + n as u64 };
         }
     }
 
     /// A response was read at `now_ns` with `ahead` frames of its port read before it since
-    /// the last wakeup (recorded + 1: the histograms start at 1).
+    /// the ring was last empty (recorded + 1: the histograms start at 1).
     pub fn response(&mut self, ahead: u64, now_ns: u64) {
         let _ = self.ahead.record(ahead + 1);
         let _ = self
@@ -77,16 +73,19 @@ mod tests {
     use super::MsgPath;
 
     #[test]
-    fn counts_frames_since_the_last_wakeup_per_port() {
+    fn counts_the_backlog_since_the_ring_was_last_empty() {
         let mut m = MsgPath::new(2).expect("histograms");
-        m.read(0, 5);
-        m.read(1, 7);
-        assert_eq!((m.position(0), m.position(1)), (5, 7));
+        m.read(0, 5, false);
+        m.read(1, 7, true);
+        assert_eq!((m.position(0), m.position(1)), (5, 0));
+        m.read(0, 64, false);
+        assert_eq!(m.position(0), 69);
         m.woke(1_000);
-        assert_eq!((m.position(0), m.position(1)), (0, 0));
-        m.read(1, 40);
-        m.response(m.position(1), 21_000);
-        assert_eq!(m.ahead_quantile(0.5), Some(40));
+        // The response is the 4th frame of a pass that drains port 0's ring.
+        m.response(m.position(0) + 3, 21_000);
+        m.read(0, 10, true);
+        assert_eq!(m.position(0), 0);
+        assert_eq!(m.ahead_quantile(0.5), Some(72));
         let lag = m.wake_to_read.value_at_quantile(0.5);
         assert!(m.wake_to_read.equivalent(lag, 20_000), "{lag}");
         assert_eq!(m.position(5), 0, "no such port");

@@ -132,8 +132,8 @@ pub struct RrReport {
     pub interrupts: Option<u64>,
     /// Those signals per message packet (a request and a response per transaction).
     pub interrupts_per_packet: Option<f64>,
-    /// Frames the client read from the response's port, since it last woke, before the
-    /// response: median and 90th percentile ([`super::msgpath`]).
+    /// Frames the client read from the response's port before the response, since it last
+    /// found that port's ring empty: median and 90th percentile ([`super::msgpath`]).
     pub frames_ahead_p50: Option<u64>,
     /// See `frames_ahead_p50`.
     pub frames_ahead_p90: Option<u64>,
@@ -400,7 +400,7 @@ impl Report {
             if let (Some(a50), Some(a90)) = (r.frames_ahead_p50, r.frames_ahead_p90) {
                 let _ = writeln!(
                     s,
-                    "  rr: frames read ahead of a response since the wakeup p50 {a50} p90 {a90}; wakeup to response p50 {:.1} us p90 {:.1} us",
+                    "  rr: frames read ahead of a response (backlog) p50 {a50} p90 {a90}; last wakeup to response p50 {:.1} us p90 {:.1} us",
                     r.wake_to_read.p50_ns as f64 / 1e3,
                     r.wake_to_read.p90_ns as f64 / 1e3
                 );
