@@ -16,9 +16,9 @@
 #      receiver already takes few interrupts, and net_dim's 256-frame count ends every hold, so
 #      interrupts per packet cannot fall below 1/256 with 256-entry rings
 #   4. mix on the same queue (bulk 0->1 plus a 64 B request/response 0<->1 every 200 us),
-#      the client sends both: none vs dim vs dim-lat:wait=off vs dim-lat (every mix run
-#      compares dim-lat with and without the response wait, and reports the frames the client
-#      read ahead of each response since its last wakeup)
+#      the client sends both: none vs dim vs dim-lat vs dim-lat:wait=on (every mix run
+#      compares dim-lat without and with the response wait, and reports the frames the client
+#      read ahead of each response: its backlog since the port's ring was last empty)
 #   4w. the same queue with the wire as the far end: it sends the bulk to the client's port
 #      (paced at RATE_PPS) and answers the client's requests, so the guest's one receive
 #      queue carries both (the talk's case): none vs dim vs dim-lat
@@ -80,8 +80,8 @@ run() {
 }
 
 M2=(--vmirq-moderation none --vmirq-moderation dim --vmirq-moderation dim-loop)
-M3=(--vmirq-moderation none --vmirq-moderation dim --vmirq-moderation dim-lat:wait=off
-    --vmirq-moderation dim-lat)
+M3=(--vmirq-moderation none --vmirq-moderation dim --vmirq-moderation dim-lat
+    --vmirq-moderation dim-lat:wait=on)
 BIG=(--rx-queue-size 1024 --tx-queue-size 1024)
 
 run "1. bulk stream 1514 B, unpaced, client sends" --workload stream:1514 "${M2[@]}"

@@ -1,4 +1,4 @@
-//! `dim-lat` on a receive queue shared by a bulk stream and the responses to its driver's
+//! `dim-lat:wait=on` on a receive queue shared by a bulk stream and the responses to its driver's
 //! requests: when the port transmits a short message, the bulk frames held on its receive
 //! queue are signalled at once, so that the response is not read behind them
 //! (`vmirq_policy::moderation::dim::ResponseWait`), and the queue holds nothing until the
@@ -30,7 +30,11 @@ fn bulk_to_port0(rig: &mut Rig, n: usize) {
 
 #[test]
 fn a_short_transmitted_message_releases_the_held_bulk_ahead_of_its_response() {
-    for (moderation, releases) in [("dim-lat", true), ("dim", false)] {
+    for (moderation, releases) in [
+        ("dim-lat:wait=on", true),
+        ("dim-lat", false),
+        ("dim", false),
+    ] {
         let mut rig = rig(moderation);
         bulk_to_port0(&mut rig, 1);
         let before = rig.rx_counters(0);

@@ -407,7 +407,10 @@ mod tests {
     #[test]
     fn dim_lat_releases_bulk_before_an_expected_response_and_holds_it_otherwise() {
         let cfg = DimConfig {
-            burst: Some(BurstFilter::default()),
+            burst: Some(BurstFilter {
+                response_wait: true,
+                ..BurstFilter::default()
+            }),
             ..DimConfig::default()
         };
         // The executor: a notification (1) cancels the timer, a hold arms it.
