@@ -94,9 +94,21 @@ impl NetBackend {
     /// [`RX_TIMER_EVENT`] and [`TX_TIMER_EVENT`]).
     #[must_use]
     pub fn timer_fds(&self) -> (RawFd, RawFd) {
-        let rx = self.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        let tx = self.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        (rx.notifier.timer_fd(), tx.notifier.timer_fd())
+        // One lock at a time: the data path takes a port's TX moderation lock before its
+        // RX one (`Fabric::service_tx`), never the other way round.
+        let rx = self
+            .rx_ctl
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .notifier
+            .timer_fd();
+        let tx = self
+            .tx_ctl
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .notifier
+            .timer_fd();
+        (rx, tx)
     }
 
     /// The connection's SIGBUS protection: give it the daemon's shutdown handle; read what

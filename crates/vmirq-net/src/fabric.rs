@@ -7,7 +7,9 @@
 //! destination's receive queue under the destination's RX vring lock. Lock order: at most
 //! one TX vring lock, then at most one RX vring lock; an [`Attached`] is cloned out of its
 //! slot's mutex before any vring lock is taken, so no thread ever waits for a slot while
-//! holding a vring.
+//! holding a vring. A queue's moderation lock (`tx_ctl`, `rx_ctl`) is taken after its vring
+//! lock, or alone; a TX side (vring, then `tx_ctl`) may be held while an RX one is taken,
+//! never the reverse.
 //!
 //! Backpressure instead of loss: when the destination's receive queue has no room, the
 //! source's transmit chain is put back, the source is marked in the destination's
