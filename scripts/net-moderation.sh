@@ -12,8 +12,13 @@
 #                                                   none vs dim vs dim-loop
 #   2q. the same at a quarter of RATE_PPS (the rate of the loaded-machine runs in results/)
 #   3. the same, unpaced (as fast as the wire thread and the switch go)
+#   3L. the same with 1024-entry rings (QEMU's largest rx_queue_size): unmoderated a saturated
+#      receiver already takes few interrupts, and net_dim's 256-frame count ends every hold, so
+#      interrupts per packet cannot fall below 1/256 with 256-entry rings
 #   4. mix on the same queue (bulk 0->1 plus a 64 B request/response 0<->1 every 200 us),
-#      the client sends both: none vs dim vs dim-lat
+#      the client sends both: none vs dim vs dim-lat vs dim-lat:wait=on (every mix run
+#      compares dim-lat without and with the response wait, and reports the frames the client
+#      read ahead of each response: its backlog since the port's ring was last empty)
 #   4w. the same queue with the wire as the far end: it sends the bulk to the client's port
 #      (paced at RATE_PPS) and answers the client's requests, so the guest's one receive
 #      queue carries both (the talk's case): none vs dim vs dim-lat
@@ -31,7 +36,8 @@
 #
 # Usage: scripts/net-moderation.sh [REPEAT] (default 5). Environment: RATE_PPS, SECONDS_PER_RUN
 # (default 2), OUT (results file; default crates/vmirq-net/results/DATE-net-moderation.txt),
-# NO_BUILD=1 to use an existing target/release/vmirq.
+# NO_BUILD=1 to use an existing target/release/vmirq, ONLY="4 4w" to run only those
+# comparisons (their numbers as above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,6 +65,9 @@ mkdir -p "$(dirname "$OUT")"
 run() {
     local title="$1"
     shift
+    if [ -n "${ONLY:-}" ] && ! [[ " $ONLY " == *" ${title%%.*} "* ]]; then
+        return 0
+    fi
     local cmd=("$BIN" netload --peer vmirq --mode interrupt --repeat "$REPEAT" --seconds "$SECS" "$@")
     echo "== $title" >&2
     {
@@ -71,7 +80,9 @@ run() {
 }
 
 M2=(--vmirq-moderation none --vmirq-moderation dim --vmirq-moderation dim-loop)
-M3=(--vmirq-moderation none --vmirq-moderation dim --vmirq-moderation dim-lat)
+M3=(--vmirq-moderation none --vmirq-moderation dim --vmirq-moderation dim-lat
+    --vmirq-moderation dim-lat:wait=on)
+BIG=(--rx-queue-size 1024 --tx-queue-size 1024)
 
 run "1. bulk stream 1514 B, unpaced, client sends" --workload stream:1514 "${M2[@]}"
 run "2. bulk stream 1514 B from the wire, paced at $RATE_PPS pps" --sender wire \
@@ -79,6 +90,8 @@ run "2. bulk stream 1514 B from the wire, paced at $RATE_PPS pps" --sender wire 
 run "2q. bulk stream 1514 B from the wire, paced at $((RATE_PPS / 4)) pps (a quarter)" --sender wire \
     --workload "stream:1514@$((RATE_PPS / 4))" "${M2[@]}"
 run "3. bulk stream 1514 B from the wire, unpaced" --sender wire --workload stream:1514 "${M2[@]}"
+run "3L. bulk stream 1514 B from the wire, unpaced, 1024-entry rings" --sender wire \
+    --workload stream:1514 "${BIG[@]}" "${M2[@]}"
 run "4. mix, same queue, bulk unpaced, client sends" --workload mix:1514+64/200 "${M3[@]}"
 run "4w. mix, same queue, the wire sends the bulk at $RATE_PPS pps and answers the messages" \
     --sender wire --workload "mix:1514@$RATE_PPS+64/200" "${M3[@]}"

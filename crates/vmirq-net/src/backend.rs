@@ -191,12 +191,22 @@ impl NetBackend {
     /// [`Events::rx_timer`] and [`Events::tx_timer`]).
     #[must_use]
     pub fn timer_fds(&self) -> Vec<(RawFd, RawFd)> {
+        // One lock at a time: the data path takes a port's TX moderation lock before its
+        // RX one (`Fabric::service_tx`), never the other way round.
         self.ctls
             .iter()
             .map(|(rx, tx)| {
-                let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
-                let tx = tx.lock().unwrap_or_else(PoisonError::into_inner);
-                (rx.notifier.timer_fd(), tx.notifier.timer_fd())
+                let rx = rx
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .notifier
+                    .timer_fd();
+                let tx = tx
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .notifier
+                    .timer_fd();
+                (rx, tx)
             })
             .collect()
     }

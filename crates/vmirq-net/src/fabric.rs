@@ -7,7 +7,9 @@
 //! destination's receive queue under the destination's RX vring lock. Lock order: at most
 //! one TX vring lock, then at most one RX vring lock; an [`Attached`] is cloned out of its
 //! slot's mutex before any vring lock is taken, so no thread ever waits for a slot while
-//! holding a vring.
+//! holding a vring. A queue's moderation lock (`tx_ctl`, `rx_ctl`) is taken after its vring
+//! lock, or alone; a TX side (vring, then `tx_ctl`) may be held while an RX one is taken,
+//! never the reverse.
 //!
 //! Multiqueue (`--queues N`): the port's worker serves every transmit queue of its port
 //! (each kick names its queue), and a frame goes to one of the destination's enabled receive
@@ -389,18 +391,27 @@ impl Fabric {
             state: &mut tx,
             mem: &me.mem,
         };
+        let watch = lock(&me.rx_ctl).tx_watch;
         SCRATCH.with_borrow_mut(|scratch| {
             let mut dests = Dests {
                 src_q: q,
                 ..Dests::default()
             };
+            scratch.watch = watch;
             loop {
                 let (end, _) = self.tx_batch(
                     src, &mut ring, &mut ctl, &mem, &mut dests, scratch, TX_BATCH,
                 );
                 self.flush_dests(&mut dests);
+                if !scratch.sent_small.is_empty() {
+                    self.tell_rx(src, me, &scratch.sent_small);
+                    scratch.sent_small.clear();
+                }
                 match end {
-                    BatchEnd::More => continue,
+                    BatchEnd::More => {
+                        self.fire_port_due(src, me, &mut ring, &mut ctl, &mem);
+                        continue;
+                    }
                     BatchEnd::Stop => {
                         if revoked_in(&mem).is_some() {
                             me.revocation.check(); // this thread may not be the port's worker
@@ -412,6 +423,7 @@ impl Fabric {
                 // Empty: re-enable kicks and look again (§2.7.10: the driver may have added
                 // buffers before it saw the notification flag or event index).
                 if ring.state.enable_notification().unwrap_or(false) {
+                    self.fire_port_due(src, me, &mut ring, &mut ctl, &mem);
                     continue;
                 }
                 if ctl.notifier.resuming() || !self.kick_wait(src, me, &mut ring, &mut ctl, &mem) {
@@ -541,6 +553,9 @@ impl Fabric {
                     match self.switch_frame(src, frame, dests, &mut scratch.rx) {
                         Sent::Done | Sent::Dropped => {
                             bytes = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+                            if scratch.watch.is_some_and(|max| bytes <= max) {
+                                scratch.sent_small.push(classify(frame).completion_meta());
+                            }
                             PortCounters::add(&c.tx_frames, 1);
                             PortCounters::add(&c.tx_bytes, u64::from(bytes));
                         }
@@ -606,7 +621,75 @@ impl Fabric {
         }
     }
 
-    /// Deliver port `p`'s receive hold timers that are due (its worker is busy polling).
+    /// Between transmit batches: deliver port `src`'s hold timers that are due. Its worker
+    /// serves them from epoll, which it does not reach while its driver keeps the transmit
+    /// ring from running empty; without this a held receive interrupt of the port waited
+    /// for the driver to pause (`tests/hold_timer_starvation.rs`). Costs one clock read
+    /// and the receive queue's moderation lock per batch (up to [`TX_BATCH`] frames); the
+    /// receive vring is locked only when its hold is due.
+    fn fire_port_due(
+        &self,
+        src: usize,
+        me: &Attached,
+        tx: &mut LiveRing<'_>,
+        ctl: &mut TxCtl,
+        mem: &GuestMemoryMmap,
+    ) {
+        let now = now_ns();
+        // Transmit completions are published by our own writer: their notification
+        // decisions go through the queue's window (see `TxRing`).
+        let TxCtl {
+            notifier, window, ..
+        } = ctl;
+        let mut ring = TxRing {
+            state: &mut *tx.state,
+            mem: tx.mem,
+            window,
+        };
+        if let Err(e) = notifier.fire_due(now, &mut ring, mem) {
+            tracing::warn!(port = src, error = %e, "transmit notification failed");
+        }
+        // Lock order: each moderation lock alone, released before `fire_rx_due` takes the
+        // receive vrings and then the moderation locks again.
+        let rx_due = me.pairs.iter().any(|pair| {
+            lock(&pair.rx_ctl)
+                .notifier
+                .deadline()
+                .is_some_and(|d| now >= d)
+        });
+        if rx_due {
+            self.fire_rx_due(src, me, now);
+        }
+    }
+
+    /// Tell port `p`'s receive moderation what its driver just transmitted (the small
+    /// frames of a batch, `dim-lat` only): a short message may release the held receive
+    /// completions ahead of its response.
+    fn tell_rx(&self, p: usize, me: &Attached, sent: &[CompletionMeta]) {
+        let mem = me.mem.memory();
+        // The response may come back on any of the port's receive queues (the flow hash
+        // picks it), so every running one is told.
+        for pair in &me.pairs {
+            let mut rx = pair.rx.get_mut();
+            if !rx.get_queue().ready() || !rx.is_enabled() {
+                continue;
+            }
+            let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+            let RxCtl {
+                notifier, window, ..
+            } = &mut *ctl;
+            let mut ring = RxRing {
+                state: &mut rx,
+                window,
+            };
+            if let Err(e) = notifier.transmitted(sent, &mut ring, &mem) {
+                tracing::warn!(port = p, error = %e, "receive notification failed");
+            }
+        }
+    }
+
+    /// Deliver port `p`'s receive hold timer if it is due (its worker is busy polling or
+    /// forwarding).
     fn fire_rx_due(&self, p: usize, me: &Attached, now: u64) {
         let mem = me.mem.memory();
         for pair in &me.pairs {
@@ -805,6 +888,7 @@ impl Fabric {
                     notifier,
                     window,
                     classify: parse,
+                    ..
                 } = &mut *ctl;
                 let batch = dests.batch(dst, q, || notifier.completions());
                 // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
@@ -980,6 +1064,10 @@ struct Scratch {
     frame: Vec<u8>,
     rx: RxScratch,
     used: TxUsed,
+    /// The source port's receive policy wants its transmitted frames of at most this size.
+    watch: Option<u32>,
+    /// Those frames of the current batch.
+    sent_small: Vec<CompletionMeta>,
 }
 
 thread_local! {

@@ -100,6 +100,10 @@ pub struct RxCtl {
     /// Whether delivered frames are parsed for the policy (only `dim-lat` decides on a
     /// frame's headers; every other policy needs its length alone).
     pub classify: bool,
+    /// `dim-lat:wait=on`: the port's transmitted frames of at most this many bytes are told
+    /// to this queue's policy (a short message makes it expect a response,
+    /// `vmirq_policy::moderation::dim::ResponseWait`); `None` otherwise.
+    pub tx_watch: Option<u32>,
 }
 
 /// A transmit queue's moderation and kick-wait state.
@@ -127,6 +131,12 @@ impl RxCtl {
             notifier: QueueNotifier::new(p.moderation.build(), counters)?,
             window: UsedWindow::default(),
             classify: matches!(p.moderation, ModerationSpec::DimLat(_)),
+            tx_watch: match p.moderation {
+                ModerationSpec::DimLat(c) => {
+                    c.burst.filter(|f| f.response_wait).map(|f| f.small_bytes)
+                }
+                _ => None,
+            },
         })
     }
 }

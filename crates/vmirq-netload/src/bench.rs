@@ -126,6 +126,16 @@ const METRICS: &[Metric] = &[
         get: |r| r.rr.map(|t| t.rtt.p99_ns as f64 / 1e3),
     },
     Metric {
+        name: "frames ahead of msg p50",
+        unit: "",
+        get: |r| r.rr.and_then(|t| t.frames_ahead_p50).map(|n| n as f64),
+    },
+    Metric {
+        name: "wakeup to msg p50",
+        unit: "(us)",
+        get: |r| r.rr.map(|t| t.wake_to_read.p50_ns as f64 / 1e3),
+    },
+    Metric {
         name: "interrupts/packet",
         unit: "",
         get: |r| Some(r.interrupts_per_packet),

@@ -34,6 +34,7 @@ fn every_moderation_policy_parses_and_round_trips() {
         "dim-lat",
         "dim-lat:ack_pct=20",
         "dim-lat:mode=cqe,small_bytes=128,short_pkts=1,gap_us=6",
+        "dim-lat:wait=on",
         "spdk",
         "spdk:delay_base_us=40,iops_threshold=100000",
         "budget",

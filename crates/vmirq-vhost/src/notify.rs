@@ -345,6 +345,29 @@ impl QueueNotifier {
         Ok(resume)
     }
 
+    /// The same port's driver transmitted frames described by `metas` (a receive queue
+    /// hears of its port's transmissions): the policy may release held completions at once
+    /// ahead of an expected response (`Moderation::on_transmit`, `dim-lat` only).
+    ///
+    /// # Errors
+    /// When the rings, the timer or the call eventfd cannot be accessed.
+    pub fn transmitted(
+        &mut self,
+        metas: &[CompletionMeta],
+        ring: &mut dyn Ring,
+        mem: &GuestMemoryMmap,
+    ) -> Result<()> {
+        let now = now_ns();
+        let mut notify = false;
+        for m in metas {
+            notify |= self.policy.on_transmit(now, *m) == Some(Decision::Notify);
+        }
+        if notify {
+            self.act(Decision::Notify, ring, mem)?;
+        }
+        Ok(())
+    }
+
     /// While the worker polls it is not in epoll: deliver a due hold timer here.
     ///
     /// # Errors

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod mock_fabric;
 pub mod raw;
 
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! The run loop itself (see the module above for its shape).
 
 use super::flows::{response_to, BulkFlow, RrFlow};
+use super::msgpath::MsgPath;
 use super::paths::{is_hello, Hellos};
 use super::report::{FrameErrors, Snapshot, Totals};
 use super::wire::WireShared;
@@ -41,6 +42,8 @@ pub(super) struct Engine<'a> {
     pending: Vec<VecDeque<(Probe, usize)>>,
     tx_blocked: Vec<bool>,
     rtt: Histogram<u64>,
+    /// Frames read ahead of each response, and its time since the client's wakeup.
+    msgs: MsgPath,
     measuring: bool,
     errors: FrameErrors,
     wakeups: u64,
@@ -59,14 +62,16 @@ pub(super) struct Engine<'a> {
     poll_set: Vec<(usize, bool, RawFd)>,
     touched: Vec<bool>,
     scratch: Vec<u8>,
-    inbox: Vec<(usize, std::result::Result<Probe, FrameError>)>,
+    /// Frames of one round: (port, frames read from the port before it since its ring was
+    /// last empty, parsed frame).
+    inbox: Vec<(usize, u64, std::result::Result<Probe, FrameError>)>,
 }
 
 impl<'a> Engine<'a> {
     pub(super) fn new(
         ports: &'a mut [NetPort],
         cfg: &'a RunConfig,
-        rtt: Histogram<u64>,
+        (rtt, msgs): (Histogram<u64>, MsgPath),
         hellos: Hellos,
         link: Option<WireLink<'a>>,
     ) -> Self {
@@ -122,6 +127,7 @@ impl<'a> Engine<'a> {
             pending: vec![VecDeque::new(); n],
             tx_blocked: vec![false; n],
             rtt,
+            msgs,
             measuring: false,
             errors: FrameErrors::default(),
             wakeups: 0,
@@ -216,17 +222,21 @@ impl<'a> Engine<'a> {
             pattern,
             scratch,
             inbox,
+            msgs,
             ..
         } = self;
         let mut total = 0;
         let mut budget_used = false;
         for (i, p) in ports.iter_mut().enumerate() {
             let verify = cfg.verify_payload;
+            let mut pos = msgs.position(i);
             let n = p
                 .receive(cfg.budget, scratch, &mut |f| {
-                    inbox.push((i, frame::parse(f, pattern, verify)));
+                    inbox.push((i, pos, frame::parse(f, pattern, verify)));
+                    pos += 1;
                 })
                 .map_err(port_err(i))?;
+            msgs.read(i, n, n < cfg.budget);
             total += n;
             budget_used |= n == cfg.budget;
         }
@@ -234,7 +244,8 @@ impl<'a> Engine<'a> {
     }
 
     fn dispatch(&mut self, now: u64) {
-        for (port, parsed) in self.inbox.drain(..) {
+        let mut inbox = std::mem::take(&mut self.inbox);
+        for (port, ahead, parsed) in inbox.drain(..) {
             let p = match parsed {
                 Ok(p) => p,
                 Err(FrameError::Foreign) => {
@@ -272,6 +283,7 @@ impl<'a> Engine<'a> {
                         if let Some(rtt) = r.on_response(&p, now) {
                             if self.measuring {
                                 let _ = self.rtt.record(rtt.max(1));
+                                self.msgs.response(ahead, self.now());
                             }
                         }
                         true
@@ -283,6 +295,7 @@ impl<'a> Engine<'a> {
                 self.errors.misrouted += 1;
             }
         }
+        self.inbox = inbox;
     }
 
     /// Send pending responses, due requests and due bulk frames; returns frames queued.
@@ -412,6 +425,7 @@ impl<'a> Engine<'a> {
                 self.stall_max_ns = self.stall_max_ns.max(late);
             }
             self.poll_set = fds;
+            self.msgs.woke(self.now());
         }
         for (i, p) in self.ports.iter_mut().enumerate() {
             p.rx_disable_cb().map_err(port_err(i))?;
@@ -515,6 +529,7 @@ impl<'a> Engine<'a> {
             bulk: self.bulk.as_ref(),
             rr: self.rr.as_ref(),
             rtt: &self.rtt,
+            msgs: &self.msgs,
             frame_errors: self.errors,
             faults,
             stall_max_ns: self.stall_max_ns,

@@ -10,6 +10,7 @@
 
 mod engine;
 pub mod flows;
+pub mod msgpath;
 mod os;
 mod paths;
 pub mod report;
@@ -182,8 +183,9 @@ pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
     let hellos = await_paths(ports)?;
     // 1 ns .. 10 s at 3 significant digits.
     let rtt = Histogram::new_with_bounds(1, 10_000_000_000, 3)?;
+    let msgs = msgpath::MsgPath::new(ports.len())?;
     let Some(wire_cpu) = cfg.wire_sender else {
-        return engine::Engine::new(ports, cfg, rtt, hellos, None).run();
+        return engine::Engine::new(ports, cfg, (rtt, msgs), hellos, None).run();
     };
     let (frame_len, rate) = match cfg.workload {
         Workload::Stream {
@@ -218,7 +220,7 @@ pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
             shared: &shared,
             remote,
         };
-        let report = engine::Engine::new(client, cfg, rtt, hellos, Some(link)).run();
+        let report = engine::Engine::new(client, cfg, (rtt, msgs), hellos, Some(link)).run();
         shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);

@@ -132,6 +132,13 @@ pub struct RrReport {
     pub interrupts: Option<u64>,
     /// Those signals per message packet (a request and a response per transaction).
     pub interrupts_per_packet: Option<f64>,
+    /// Frames the client read from the response's port before the response, since it last
+    /// found that port's ring empty: median and 90th percentile ([`super::msgpath`]).
+    pub frames_ahead_p50: Option<u64>,
+    /// See `frames_ahead_p50`.
+    pub frames_ahead_p90: Option<u64>,
+    /// Time from the client's last wakeup to reading the response.
+    pub wake_to_read: Latency,
 }
 
 /// Everything one run measured.
@@ -225,6 +232,8 @@ pub struct Totals<'a> {
     pub rr: Option<&'a super::flows::RrFlow>,
     /// RTT histogram of the window.
     pub rtt: &'a Histogram<u64>,
+    /// Where the messages' time went.
+    pub msgs: &'a super::msgpath::MsgPath,
     /// Frame errors of the whole run.
     pub frame_errors: FrameErrors,
     /// Faults of the whole run.
@@ -302,6 +311,9 @@ impl Report {
                 unexpected: f.unexpected,
                 interrupts: rr_irqs,
                 interrupts_per_packet: rr_irqs.map(|i| per(i, 2 * n)),
+                frames_ahead_p50: t.msgs.ahead_quantile(0.5),
+                frames_ahead_p90: t.msgs.ahead_quantile(0.9),
+                wake_to_read: Latency::of(&t.msgs.wake_to_read),
             }
         });
         Self {
@@ -384,6 +396,14 @@ impl Report {
             );
             if let Some(ipp) = r.interrupts_per_packet {
                 let _ = writeln!(s, "  rr interrupts/pkt {ipp:.4} (its own queues)");
+            }
+            if let (Some(a50), Some(a90)) = (r.frames_ahead_p50, r.frames_ahead_p90) {
+                let _ = writeln!(
+                    s,
+                    "  rr: frames read ahead of a response (backlog) p50 {a50} p90 {a90}; last wakeup to response p50 {:.1} us p90 {:.1} us",
+                    r.wake_to_read.p50_ns as f64 / 1e3,
+                    r.wake_to_read.p90_ns as f64 / 1e3
+                );
             }
         }
         if self.unsignalled > 0 {

@@ -56,6 +56,16 @@ impl Moderation {
         }
     }
 
+    /// The same port's driver transmitted `meta` at `now` (a receive queue's policy hears
+    /// of its port's transmissions): `Some(decision)` when the policy acts on it (only
+    /// `dim-lat`, see [`super::dim::ResponseWait`]), `None` otherwise.
+    pub fn on_transmit(&mut self, now: Nanos, meta: super::CompletionMeta) -> Option<Decision> {
+        match self {
+            Self::Dim(d) => d.on_transmit(now, meta),
+            _ => None,
+        }
+    }
+
     /// The policy starts at `now` on its executor's clock (a periodic loop schedules its
     /// first wakeup one period later; the other policies have no start time). Call it before
     /// the first event.

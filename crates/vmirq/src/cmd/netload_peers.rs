@@ -32,13 +32,15 @@ pub enum Target {
 }
 
 impl Target {
-    /// A short label: `testpmd`, `vmirq[none]`, `vmirq[dim]`.
+    /// A short label: `testpmd`, `vmirq[none]`, `vmirq[dim]`, `vmirq[dim-lat:wait=off]`
+    /// (the moderation spec in its canonical form: defaults left out, so that two
+    /// variants of one policy in a session get labels of their own).
     pub fn label(&self) -> String {
         match self {
             Self::Testpmd => "testpmd".into(),
             Self::Vmirq(p) => match p.datapath {
-                vmirq_net::queues::Datapath::PerPort => format!("vmirq[{}]", p.moderation.name()),
-                d => format!("vmirq[{},{d}]", p.moderation.name()),
+                vmirq_net::queues::Datapath::PerPort => format!("vmirq[{}]", p.moderation),
+                d => format!("vmirq[{},{d}]", p.moderation),
             },
         }
     }

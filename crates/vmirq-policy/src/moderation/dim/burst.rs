@@ -35,6 +35,13 @@
 //!   longer than that, a back-to-back stream far shorter.
 //!
 //! (Sources as summarized in the project's shared reference notes on moderation.)
+//!
+//! # Responses on a shared queue
+//! A bypass at a response's arrival comes too late on a queue shared with a bulk stream: the
+//! response is written behind the bulk packets held since the last interrupt, and the guest
+//! reads them first. So a receive queue also hears what its port transmits: a short message
+//! sent (a request) releases the held packets at once and stops holding until the response
+//! arrives ([`ResponseWait`], `wait=on`; off by default until a quiet run shows it helps).
 
 use crate::moderation::CompletionMeta;
 use crate::{Nanos, NS_PER_US};
@@ -90,6 +97,11 @@ pub struct BurstFilter {
     pub short_pkts: u32,
     /// Gap that ends a burst (µs).
     pub gap_us: u32,
+    /// Whether a short message the port transmits makes its receive queue wait for the
+    /// response ([`ResponseWait`], `wait=on`). Off by default: on the loaded development
+    /// machine it did not lower the messages' latency and cost interrupts (see
+    /// `crates/vmirq-net/results/README.md`); a quiet run compares both.
+    pub response_wait: bool,
 }
 
 impl Default for BurstFilter {
@@ -99,6 +111,7 @@ impl Default for BurstFilter {
             small_bytes: 256,
             short_pkts: 3,
             gap_us: 15,
+            response_wait: false,
         }
     }
 }
@@ -142,6 +155,75 @@ impl ClassBurst {
 pub struct BurstTracker {
     small: ClassBurst,
     large: ClassBurst,
+}
+
+/// The response a receive queue expects after its driver sent a short message.
+///
+/// # The rule
+/// The device sees both directions of a port. When the driver transmits a short-message
+/// burst (the same test as on receive: at most `short_pkts` packets of at most
+/// `small_bytes`, not TCP ACK-only — a bulk receiver's ACKs are not requests), its receive
+/// queue *expects a response*: the completions held at that moment are released at once and
+/// nothing is held until a small packet arrives (the response, which ends the wait) or one
+/// moderation period has passed.
+///
+/// Why: on a queue shared with a bulk stream the response is written behind the bulk frames
+/// held since the last interrupt, and the driver reads all of them before it (virtio's used
+/// ring is in order), so a bypass at the response's arrival comes too late. A request/response
+/// exchange (netperf TCP_RR) answers every request after one round trip: holding bulk
+/// frames only outside that window keeps the response from queueing behind them, which is
+/// what the guest's own busy polling for a response (Linux `SO_BUSY_POLL`, `napi_busy_loop`)
+/// achieves with a spinning CPU instead.
+///
+/// # Where the constants come from
+/// - The short-message test and its constants are [`BurstFilter`]'s.
+/// - The wait ends after one moderation period (the profile's timer in force): a request
+///   whose response never comes costs one period of unmoderated completions, no more than
+///   the period a hold could have saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResponseWait {
+    sent: ClassBurst,
+    until: Option<Nanos>,
+}
+
+impl ResponseWait {
+    /// The driver transmitted `meta` at `now`; returns whether it starts (or extends) a wait
+    /// of `period_ns` for a response.
+    pub fn on_transmit(
+        &mut self,
+        f: &BurstFilter,
+        now: Nanos,
+        meta: &CompletionMeta,
+        period_ns: Nanos,
+    ) -> bool {
+        if !f.response_wait || !f.is_small(meta) || meta.has(CompletionMeta::ACK_ONLY) {
+            return false;
+        }
+        self.sent.add(u64::from(f.gap_us) * NS_PER_US, now, meta);
+        let request = f.bypass(&self.sent.stats);
+        if request {
+            self.until = Some(now.saturating_add(period_ns));
+        }
+        request
+    }
+
+    /// A completion arrived at `now`; returns whether a response is still expected (the
+    /// completion is then not held). A small packet is the response and ends the wait.
+    pub fn on_completion(&mut self, f: &BurstFilter, now: Nanos, meta: &CompletionMeta) -> bool {
+        let Some(until) = self.until else {
+            return false;
+        };
+        if now >= until || f.is_small(meta) {
+            self.until = None;
+        }
+        now < until
+    }
+
+    /// Whether a response is expected at `now`.
+    #[must_use]
+    pub fn waiting(&self, now: Nanos) -> bool {
+        self.until.is_some_and(|u| now < u)
+    }
 }
 
 impl BurstTracker {
@@ -230,6 +312,50 @@ mod tests {
         assert!(t.on_completion(&f, 4_000 + 15_000, &pkt(64)));
         assert_eq!(t.stats(true).packets, 1);
         assert_eq!(t.stats(false).packets, 1);
+    }
+
+    #[test]
+    fn a_short_transmitted_message_waits_for_its_response_for_one_period() {
+        let f = BurstFilter {
+            response_wait: true,
+            ..BurstFilter::default()
+        };
+        let mut w = ResponseWait::default();
+        let period = 64_000;
+        // Bulk sent, and a bulk receiver's ACKs, are not requests.
+        assert!(!w.on_transmit(&f, 0, &pkt(1_500), period));
+        assert!(!w.on_transmit(&f, 0, &ack(), period));
+        assert!(!w.waiting(0));
+        // A request: the wait lasts until a small packet arrives...
+        assert!(w.on_transmit(&f, 100_000, &pkt(64), period));
+        assert!(
+            w.on_completion(&f, 110_000, &pkt(1_500)),
+            "bulk while waiting"
+        );
+        assert!(
+            w.on_completion(&f, 120_000, &pkt(64)),
+            "the response itself"
+        );
+        assert!(!w.waiting(120_001));
+        assert!(!w.on_completion(&f, 121_000, &pkt(1_500)));
+        // ... or one period.
+        assert!(w.on_transmit(&f, 300_000, &pkt(64), period));
+        assert!(w.on_completion(&f, 300_000 + period - 1, &pkt(1_500)));
+        assert!(!w.on_completion(&f, 300_000 + period, &pkt(1_500)));
+        // A stream of small packets is one long burst: after `short_pkts` it is no request.
+        let mut s = ResponseWait::default();
+        let sent: [bool; 5] = core::array::from_fn(|i| {
+            s.on_transmit(&f, 1_000_000 + 1_000 * i as u64, &pkt(64), period)
+        });
+        assert_eq!(sent, [true, true, true, false, false]);
+        // `wait=off`: the filter on received packets alone.
+        let off = BurstFilter {
+            response_wait: false,
+            ..f
+        };
+        let mut o = ResponseWait::default();
+        assert!(!o.on_transmit(&off, 0, &pkt(64), period));
+        assert!(!o.on_completion(&off, 1, &pkt(1_500)));
     }
 
     #[test]

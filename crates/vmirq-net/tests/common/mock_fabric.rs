@@ -1,0 +1,138 @@
+//! Two ports of a [`Fabric`] driven on the test's own thread with mock guests (no
+//! vhost-user, no worker threads, no epoll): only what the test calls runs, so tests of
+//! the per-port loop's timing-dependent paths are deterministic.
+
+use std::sync::atomic::{AtomicU16, AtomicU64};
+use std::sync::{Arc, Mutex};
+use vhost_user_backend::{VringRwLock, VringT};
+use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
+use vmirq_net::fabric::{Attached, Fabric, GuestMem, Pair};
+use vmirq_net::queues::{Policies, RxCtl, TxCtl};
+use vmirq_net::switch::{Switch, SwitchMode};
+use vmirq_net::virtio::HDR_LEN;
+use vmirq_vhost::counters::{CounterSet, QueueSnapshot};
+use vmirq_vhost::mock_guest::{Desc, Layout, MockGuest, REGION0_LEN};
+use vmirq_vhost::sigbus::Revocation;
+
+/// Ring size: two transmit batches of the per-port loop (256 chains each) fit.
+pub const QSIZE: u16 = 512;
+/// Receive buffer size (a full-size frame plus its header fit).
+pub const RX_BUF: u32 = 2048;
+
+/// One queue: the driver's side and the device's vring.
+pub struct Queue {
+    pub guest: MockGuest,
+    pub vring: VringRwLock<GuestMem>,
+}
+
+/// Queue `n` of the shared memory: rings at `n * 64 KiB`, data in its own 1.5 MiB slice.
+pub fn queue(mem: &Arc<GuestMemoryMmap>, atomic: &GuestMem, n: u64) -> Queue {
+    let data_start = (1 << 20) + n * (3 << 19);
+    let layout = Layout {
+        ring_base: n * (64 << 10),
+        data_start,
+        data_end: (data_start + (3 << 19)).min(REGION0_LEN),
+    };
+    let guest = MockGuest::on_memory(Arc::clone(mem), QSIZE, false, layout);
+    let vring = VringRwLock::new(atomic.clone(), QSIZE).expect("vring");
+    vring.set_queue_size(QSIZE);
+    let [desc, avail, used] = guest.ring_addresses();
+    vring
+        .set_queue_info(desc, avail, used)
+        .expect("ring addresses");
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    Queue { guest, vring }
+}
+
+/// One port's two queues.
+pub struct Port {
+    pub rx: Queue,
+    pub tx: Queue,
+}
+
+pub fn attach(fabric: &Fabric, p: usize, port: &Port, atomic: &GuestMem, policies: &Policies) {
+    let slot = fabric.slot(p).expect("port");
+    let pair = Pair {
+        rx: port.rx.vring.clone(),
+        tx: port.tx.vring.clone(),
+        rx_ctl: Arc::new(Mutex::new(
+            RxCtl::new(policies, slot.rx_queues[0].clone()).expect("rx ctl"),
+        )),
+        tx_ctl: Arc::new(Mutex::new(
+            TxCtl::new(policies, slot.tx_queues[0].clone()).expect("tx ctl"),
+        )),
+    };
+    let attached = Attached::new(
+        vec![pair],
+        atomic.clone(),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU16::new(1)),
+        Arc::new(Revocation::new()),
+        None,
+    )
+    .expect("one pair");
+    fabric.attach(p, attached);
+}
+
+pub fn post_rx(q: &mut Queue, n: usize) {
+    for _ in 0..n {
+        let addr = q.guest.alloc(RX_BUF);
+        q.guest.push_chain(&[Desc {
+            addr,
+            len: RX_BUF,
+            write: true,
+        }]);
+    }
+}
+
+/// Offer `n` frames of `len` bytes (after a zero net header) on a transmit queue.
+pub fn offer_tx(q: &mut Queue, n: usize, len: usize) {
+    let len = HDR_LEN + len;
+    let mut packet = vec![0u8; len];
+    packet[HDR_LEN..HDR_LEN + 6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    packet[HDR_LEN + 6..HDR_LEN + 12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    for _ in 0..n {
+        let addr = q.guest.alloc(u32::try_from(len).expect("small"));
+        q.guest.mem_write(addr, &packet);
+        q.guest.push_chain(&[Desc {
+            addr,
+            len: u32::try_from(len).expect("small"),
+            write: false,
+        }]);
+    }
+}
+
+/// Two attached ports in pairs mode over one guest memory, their queues following `policies`.
+pub struct Rig {
+    pub fabric: Fabric,
+    pub ports: Vec<Port>,
+}
+
+impl Rig {
+    pub fn new(policies: &Policies) -> Self {
+        let mem = GuestMemoryMmap::from_ranges(&[(
+            GuestAddress(0),
+            usize::try_from(REGION0_LEN).expect("64-bit"),
+        )])
+        .expect("guest memory");
+        let atomic: GuestMem = GuestMemoryAtomic::new(mem.clone());
+        let mem = Arc::new(mem);
+        let ports: Vec<Port> = (0..2u64)
+            .map(|p| Port {
+                rx: queue(&mem, &atomic, 2 * p),
+                tx: queue(&mem, &atomic, 2 * p + 1),
+            })
+            .collect();
+        let fabric = Fabric::new(Switch::new(SwitchMode::Pairs, 2));
+        for (p, port) in ports.iter().enumerate() {
+            attach(&fabric, p, port, &atomic, policies);
+        }
+        Self { fabric, ports }
+    }
+
+    /// Port `p`'s receive queue counters.
+    pub fn rx_counters(&self, p: usize) -> QueueSnapshot {
+        self.fabric.slot(p).expect("port").rx_queues[0].snapshot()
+    }
+}
