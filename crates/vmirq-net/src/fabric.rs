@@ -31,7 +31,7 @@ use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::flow::rx_pair;
 use crate::pmd::Pmd;
-use crate::queues::{RxCtl, RxRing, TxCtl, TxRing};
+use crate::queues::{RxCtl, RxRing, TxCtl};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
 use crate::tap::Tap;
@@ -605,14 +605,7 @@ impl Fabric {
                 ctl.poller.hit(now);
                 return true;
             }
-            let TxCtl {
-                notifier, window, ..
-            } = &mut *ctl;
-            let mut ring = TxRing {
-                state: &mut *tx.state,
-                mem: tx.mem,
-                window,
-            };
+            let (notifier, mut ring) = ctl.split(&mut *tx.state, tx.mem);
             let _ = notifier.fire_due(now, &mut ring, mem);
             self.fire_rx_due(src, me, now);
             if !ctl.poller.spin(&mut w, now, false) {
@@ -638,14 +631,7 @@ impl Fabric {
         let now = now_ns();
         // Transmit completions are published by our own writer: their notification
         // decisions go through the queue's window (see `TxRing`).
-        let TxCtl {
-            notifier, window, ..
-        } = ctl;
-        let mut ring = TxRing {
-            state: &mut *tx.state,
-            mem: tx.mem,
-            window,
-        };
+        let (notifier, mut ring) = ctl.split(&mut *tx.state, tx.mem);
         if let Err(e) = notifier.fire_due(now, &mut ring, mem) {
             tracing::warn!(port = src, error = %e, "transmit notification failed");
         }
@@ -748,14 +734,7 @@ impl Fabric {
             let mut tx = pair.tx.get_mut();
             let mem = me.mem.memory();
             let mut ctl = pair.tx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-            let TxCtl {
-                notifier, window, ..
-            } = &mut *ctl;
-            let mut ring = TxRing {
-                state: &mut tx,
-                mem: &me.mem,
-                window,
-            };
+            let (notifier, mut ring) = ctl.split(&mut tx, &me.mem);
             notifier.take_expiry() && notifier.on_timer(&mut ring, &mem).unwrap_or(false)
         };
         if resume {

@@ -163,6 +163,23 @@ impl TxCtl {
     }
 }
 
+impl TxCtl {
+    /// The queue's notifier, and its vring as the notifier sees it (decisions through the
+    /// queue's window, see [`TxRing`]).
+    pub fn split<'a>(
+        &'a mut self,
+        state: &'a mut VringState<GuestMem>,
+        mem: &'a GuestMem,
+    ) -> (&'a mut QueueNotifier, TxRing<'a>) {
+        let ring = TxRing {
+            state,
+            mem,
+            window: &mut self.window,
+        };
+        (&mut self.notifier, ring)
+    }
+}
+
 /// The CPU sampler of a kick poller of this device. The process's other threads are the
 /// other ports' workers, the forwarding thread or an in-process client: peers competing for
 /// the CPUs, not helpers of the poller (as io_uring's io-wq workers are in vmirq-blk), so

@@ -17,7 +17,6 @@
 
 use super::TxCtl;
 use crate::counters::PortCounters;
-use crate::queues::TxRing;
 use crate::rx::publish_used;
 use virtio_queue::QueueT;
 use vm_memory::GuestMemoryMmap;
@@ -132,14 +131,7 @@ impl<'s> TxReturn<'s> {
         ctl.used_next = Some(q.next_used());
         self.s.heads.clear();
         self.s.lens.clear();
-        let TxCtl {
-            notifier, window, ..
-        } = ctl;
-        let mut ring = TxRing {
-            state: &mut *tx.state,
-            mem: tx.mem,
-            window,
-        };
+        let (notifier, mut ring) = ctl.split(&mut *tx.state, tx.mem);
         // The chunk's events in one call each (the same decisions as one per chain).
         let n = u32::try_from(self.s.metas.len()).unwrap_or(u32::MAX);
         let mut subs = Submissions::default();
