@@ -20,26 +20,7 @@ const CTRL: u16 = 2;
 
 /// Send one control command; returns (used length, ack byte).
 fn command(s: &mut Session, bytes: &[u8]) -> (u32, u8) {
-    let g = &mut s.queues[usize::from(CTRL)].guest;
-    let cmd = g.alloc(bytes.len() as u32);
-    g.mem_write(cmd, bytes);
-    let ack = g.alloc_status();
-    g.push_chain(&[
-        Desc {
-            addr: cmd,
-            len: bytes.len() as u32,
-            write: false,
-        },
-        Desc {
-            addr: ack,
-            len: 1,
-            write: true,
-        },
-    ]);
-    s.kick(CTRL).expect("kick");
-    let used = s.wait_used(CTRL, 1, Duration::from_secs(3));
-    assert_eq!(used.len(), 1, "command answered");
-    (used[0].1, s.queues[usize::from(CTRL)].guest.byte_at(ack))
+    common::ctrl_command(s, CTRL, bytes)
 }
 
 #[test]

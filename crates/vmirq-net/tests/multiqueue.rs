@@ -31,25 +31,7 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// Send one control command; returns the ack byte.
 fn command(s: &mut Session, bytes: &[u8]) -> u8 {
-    let g = &mut s.queues[usize::from(CTRL)].guest;
-    let cmd = g.alloc(bytes.len() as u32);
-    g.mem_write(cmd, bytes);
-    let ack = g.alloc_status();
-    g.push_chain(&[
-        Desc {
-            addr: cmd,
-            len: bytes.len() as u32,
-            write: false,
-        },
-        Desc {
-            addr: ack,
-            len: 1,
-            write: true,
-        },
-    ]);
-    s.kick(CTRL).expect("kick");
-    assert_eq!(s.wait_used(CTRL, 1, WAIT).len(), 1, "command answered");
-    s.queues[usize::from(CTRL)].guest.byte_at(ack)
+    common::ctrl_command(s, CTRL, bytes).1
 }
 
 fn vq_pairs_set(s: &mut Session, n: u16) -> u8 {

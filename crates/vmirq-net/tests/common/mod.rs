@@ -91,3 +91,34 @@ impl Drop for Running {
         }
     }
 }
+
+/// Send one control command on queue `ctrl` of a raw frontend session: the command's bytes
+/// in a readable descriptor, one writable ack byte; returns (used length, ack byte).
+pub fn ctrl_command(
+    s: &mut vmirq_vhost::raw_frontend::Session,
+    ctrl: u16,
+    bytes: &[u8],
+) -> (u32, u8) {
+    use vmirq_vhost::mock_guest::Desc;
+    let len = u32::try_from(bytes.len()).expect("a short command");
+    let g = &mut s.queues[usize::from(ctrl)].guest;
+    let cmd = g.alloc(len);
+    g.mem_write(cmd, bytes);
+    let ack = g.alloc_status();
+    g.push_chain(&[
+        Desc {
+            addr: cmd,
+            len,
+            write: false,
+        },
+        Desc {
+            addr: ack,
+            len: 1,
+            write: true,
+        },
+    ]);
+    s.kick(ctrl).expect("kick");
+    let used = s.wait_used(ctrl, 1, Duration::from_secs(5));
+    assert_eq!(used.len(), 1, "command answered");
+    (used[0].1, s.queues[usize::from(ctrl)].guest.byte_at(ack))
+}
