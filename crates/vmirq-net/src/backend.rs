@@ -252,6 +252,15 @@ impl VhostUserBackend for NetBackend {
         self.active.store(1, Ordering::Release);
         *self.ctrl.lock().unwrap_or_else(PoisonError::into_inner) =
             Ctrl::new(features, self.config.max_pairs);
+        // A driver reset sets the rings up again at used indices of the frontend's choosing:
+        // the receive windows cannot tell where the next entries start (the transmit side
+        // follows its ring's position at each publish, see `TxCtl::used_next`).
+        for (rx, _) in self.ctls.iter() {
+            rx.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .window
+                .restart();
+        }
     }
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         // MQ: the frontend asks GET_QUEUE_NUM (2N + 1) before it sets up N > 1 pairs.

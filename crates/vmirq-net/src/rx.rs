@@ -517,6 +517,11 @@ pub fn arm_refill_kick<M: GuestMemory>(
 pub struct UsedWindow {
     /// `next_used` at the last decision.
     old: u16,
+    /// A decision was made since the window was created.
+    decided: bool,
+    /// The frontend set the rings up again ([`UsedWindow::restart`]): `old` may not be
+    /// where the next publishes start, so the next decision notifies.
+    restarted: bool,
 }
 
 impl UsedWindow {
@@ -531,6 +536,13 @@ impl UsedWindow {
     ) -> Result<bool, vm_memory::GuestMemoryError> {
         let new = q.next_used();
         let old = std::mem::replace(&mut self.old, new);
+        self.decided = true;
+        if std::mem::take(&mut self.restarted) {
+            // Where the entries since the restart begin is not known here (the frontend
+            // chose the ring's used index anew): one notification too many, never one
+            // too few.
+            return Ok(true);
+        }
         if new == old {
             return Ok(false);
         }
@@ -550,6 +562,15 @@ impl UsedWindow {
     /// Forget the window (the queue was reset).
     pub fn reset(&mut self, next_used: u16) {
         self.old = next_used;
+        self.restarted = false;
+    }
+
+    /// The frontend sets the device up again within the connection (SET_FEATURES after a
+    /// driver reset, then the rings with used indices of its choosing): the next decision
+    /// notifies. Nothing changes before the first decision (a fresh window starts at 0,
+    /// where a fresh ring starts).
+    pub fn restart(&mut self) {
+        self.restarted = self.decided;
     }
 }
 
