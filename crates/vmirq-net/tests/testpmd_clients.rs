@@ -70,18 +70,24 @@ fn can_run(test: &str) -> bool {
     true
 }
 
+/// When `test` can run here: the lock that keeps one testpmd client at a time.
+fn exclusive(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    can_run(test).then(|| {
+        ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    })
+}
+
 /// `--queues 2` against virtio-user's `queues=2` with `--rxq=2 --txq=2`: virtio-user
 /// serves the control queue itself and enables both pairs' vrings, so the switch uses both
 /// pairs' queues; nothing is dropped and both transmit queues of each port are served.
 #[test]
 fn testpmd_virtio_user_with_two_queue_pairs_loops_through_the_switch() {
     let test = "testpmd_virtio_user_with_two_queue_pairs_loops_through_the_switch";
-    if !can_run(test) {
+    let Some(_one) = exclusive(test) else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     let server = common::start(2, |c| c.queue_pairs = 2);
     let stats = one_client(&server, 0, 2);
     for p in 0..2 {
@@ -112,12 +118,9 @@ fn testpmd_virtio_user_with_two_queue_pairs_loops_through_the_switch() {
 #[test]
 fn testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect() {
     let test = "testpmd_virtio_user_loops_through_the_switch_before_and_after_a_reconnect";
-    if !can_run(test) {
+    let Some(_one) = exclusive(test) else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     // Both data paths, one after the other (two testpmd clients at once would share the
     // hugepages and the 2 CPUs).
     for datapath in [Datapath::PerPort, Datapath::Pmd { cpu: None }] {
