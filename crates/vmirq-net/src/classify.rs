@@ -29,12 +29,12 @@ pub const ETH_HLEN: usize = 14;
 /// Most IPv6 extension headers walked before giving up on finding the transport header.
 pub const IPV6_EXT_MAX: usize = 8;
 
-const ETH_P_IPV4: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86DD;
+pub(crate) const ETH_P_IPV4: u16 = 0x0800;
+pub(crate) const ETH_P_IPV6: u16 = 0x86DD;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88A8;
-const IPPROTO_TCP: u8 = 6;
-const IPPROTO_UDP: u8 = 17;
+pub(crate) const IPPROTO_TCP: u8 = 6;
+pub(crate) const IPPROTO_UDP: u8 = 17;
 
 /// TCP flag bits (byte 13 of the TCP header).
 pub mod tcp_flags {
@@ -146,7 +146,7 @@ pub fn classify(frame: &[u8]) -> FrameInfo {
 }
 
 /// The ethertype after up to two VLAN tags, and the bytes after the Ethernet header.
-fn ethernet(frame: &[u8]) -> Option<(u16, &[u8])> {
+pub(crate) fn ethernet(frame: &[u8]) -> Option<(u16, &[u8])> {
     let mut at = 12;
     let mut ethertype = be16(frame, at)?;
     for _ in 0..2 {

@@ -9,14 +9,11 @@
 //! no trustworthy addresses: it goes to the queue of the index it was sent on (modulo `n`),
 //! so a driver's own per-queue order is kept for it too. The hash is FNV-1a, not keyed:
 //! steering is a performance matter here, not isolation (one driver's frames only reach its
-//! own partner's queues).
+//! own partner's queues). The Ethernet header (with up to two VLAN tags) is read by
+//! [`crate::classify`]'s parser, the one `dim-lat` uses.
 
-use crate::virtio::ETH_HDR_LEN;
+use crate::classify::{ethernet, ETH_P_IPV4, ETH_P_IPV6, IPPROTO_TCP, IPPROTO_UDP};
 
-const ETH_IPV4: u16 = 0x0800;
-const ETH_IPV6: u16 = 0x86dd;
-const IP_TCP: u8 = 6;
-const IP_UDP: u8 = 17;
 const IPV6_HDR_LEN: usize = 40;
 
 /// The receive queue pair (0..`active`) for `frame`, sent on transmit queue pair `src_q`.
@@ -35,12 +32,10 @@ pub fn rx_pair(frame: &[u8], src_q: usize, active: usize) -> usize {
 /// header.
 #[must_use]
 pub fn flow_hash(frame: &[u8]) -> Option<u64> {
-    let eth = frame.get(..ETH_HDR_LEN)?;
-    let ethertype = u16::from_be_bytes([eth[12], eth[13]]);
-    let l3 = &frame[ETH_HDR_LEN..];
+    let (ethertype, l3) = ethernet(frame)?;
     let mut h = Fnv::default();
     match ethertype {
-        ETH_IPV4 => {
+        ETH_P_IPV4 => {
             let ihl = usize::from(*l3.first()? & 0x0f) * 4;
             if ihl < 20 || l3.len() < ihl {
                 return None;
@@ -49,20 +44,20 @@ pub fn flow_hash(frame: &[u8]) -> Option<u64> {
             h.add(&[proto]);
             h.add(&l3[12..20]);
             let frag = u16::from_be_bytes([l3[6], l3[7]]) & 0x3fff; // MF and offset
-            if frag == 0 && matches!(proto, IP_TCP | IP_UDP) {
+            if frag == 0 && matches!(proto, IPPROTO_TCP | IPPROTO_UDP) {
                 h.add(l3.get(ihl..ihl + 4)?);
             }
         }
-        ETH_IPV6 => {
+        ETH_P_IPV6 => {
             let hdr = l3.get(..IPV6_HDR_LEN)?;
             let next = hdr[6];
             h.add(&[next]);
             h.add(&hdr[8..40]);
-            if matches!(next, IP_TCP | IP_UDP) {
+            if matches!(next, IPPROTO_TCP | IPPROTO_UDP) {
                 h.add(l3.get(IPV6_HDR_LEN..IPV6_HDR_LEN + 4)?);
             }
         }
-        _ => h.add(&eth[..12]),
+        _ => h.add(frame.get(..12)?),
     }
     Some(h.0)
 }
@@ -88,15 +83,16 @@ impl Fnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::virtio::ETH_HDR_LEN;
 
     fn udp4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
         let mut f = vec![0u8; ETH_HDR_LEN + 28];
         f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-        f[12..14].copy_from_slice(&ETH_IPV4.to_be_bytes());
+        f[12..14].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
         let ip = &mut f[ETH_HDR_LEN..];
         ip[0] = 0x45;
-        ip[9] = IP_UDP;
+        ip[9] = IPPROTO_UDP;
         ip[12..16].copy_from_slice(&src);
         ip[16..20].copy_from_slice(&dst);
         ip[20..22].copy_from_slice(&sport.to_be_bytes());
@@ -156,8 +152,23 @@ mod tests {
         assert_eq!(flow_hash(&bad), None);
         assert_eq!(flow_hash(&f[..10]), None);
         let mut v6 = vec![0u8; ETH_HDR_LEN + 30];
-        v6[12..14].copy_from_slice(&ETH_IPV6.to_be_bytes());
+        v6[12..14].copy_from_slice(&ETH_P_IPV6.to_be_bytes());
         assert_eq!(flow_hash(&v6), None);
+    }
+
+    #[test]
+    fn a_vlan_tagged_frame_hashes_its_ip_flow() {
+        let plain = udp4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2);
+        let mut tagged = plain[..12].to_vec();
+        tagged.extend_from_slice(&0x8100u16.to_be_bytes());
+        tagged.extend_from_slice(&7u16.to_be_bytes()); // VLAN 7
+        tagged.extend_from_slice(&plain[12..]);
+        let other = udp4([10, 0, 0, 1], [10, 0, 0, 2], 1, 3);
+        let mut tagged_other = other[..12].to_vec();
+        tagged_other.extend_from_slice(&[0x81, 0, 0, 7]);
+        tagged_other.extend_from_slice(&other[12..]);
+        assert_eq!(flow_hash(&tagged), flow_hash(&plain));
+        assert_ne!(flow_hash(&tagged), flow_hash(&tagged_other));
     }
 
     #[test]
