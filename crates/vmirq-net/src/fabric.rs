@@ -31,7 +31,7 @@ use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::flow::rx_pair;
 use crate::pmd::Pmd;
-use crate::queues::{RxCtl, RxRing, TxCtl};
+use crate::queues::{RxCtl, TxCtl, WindowRing};
 use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
 use crate::tap::Tap;
@@ -630,7 +630,7 @@ impl Fabric {
     ) {
         let now = now_ns();
         // Transmit completions are published by our own writer: their notification
-        // decisions go through the queue's window (see `TxRing`).
+        // decisions go through the queue's window (see `WindowRing`).
         let (notifier, mut ring) = ctl.split(&mut *tx.state, tx.mem);
         if let Err(e) = notifier.fire_due(now, &mut ring, mem) {
             tracing::warn!(port = src, error = %e, "transmit notification failed");
@@ -664,10 +664,7 @@ impl Fabric {
             let RxCtl {
                 notifier, window, ..
             } = &mut *ctl;
-            let mut ring = RxRing {
-                state: &mut rx,
-                window,
-            };
+            let mut ring = WindowRing::rx(&mut rx, window);
             if let Err(e) = notifier.transmitted(sent, &mut ring, &mem) {
                 tracing::warn!(port = p, error = %e, "receive notification failed");
             }
@@ -685,10 +682,7 @@ impl Fabric {
                 notifier, window, ..
             } = &mut *ctl;
             if notifier.deadline().is_some_and(|d| now >= d) {
-                let mut ring = RxRing {
-                    state: &mut rx,
-                    window,
-                };
+                let mut ring = WindowRing::rx(&mut rx, window);
                 if let Err(e) = notifier.fire_due(now, &mut ring, &mem) {
                     tracing::warn!(port = p, error = %e, "receive notification failed");
                 }
@@ -711,10 +705,7 @@ impl Fabric {
             notifier, window, ..
         } = &mut *ctl;
         if notifier.take_expiry() {
-            let mut ring = RxRing {
-                state: &mut rx,
-                window,
-            };
+            let mut ring = WindowRing::rx(&mut rx, window);
             if let Err(e) = notifier.on_timer(&mut ring, &mem) {
                 tracing::warn!(port = p, error = %e, "receive notification failed");
             }
@@ -881,10 +872,7 @@ impl Fabric {
                         u32::try_from(frame.len()).unwrap_or(u32::MAX),
                     )
                 };
-                let mut ring = RxRing {
-                    state: &mut rx,
-                    window,
-                };
+                let mut ring = WindowRing::rx(&mut rx, window);
                 if let Err(e) = notifier.completed(batch, meta, &mut ring, &mem) {
                     tracing::warn!(port = dst, error = %e, "receive notification failed");
                 }
@@ -944,10 +932,7 @@ impl Fabric {
             let RxCtl {
                 notifier, window, ..
             } = &mut *ctl;
-            let mut ring = RxRing {
-                state: &mut rx,
-                window,
-            };
+            let mut ring = WindowRing::rx(&mut rx, window);
             let done = notifier
                 .completions_done(batch, &mut ring, &mem)
                 .and_then(|last| notifier.follow(last));

@@ -5,9 +5,9 @@
 //!
 //! The receive queue publishes a merged packet's used entries with one index store
 //! ([`crate::rx::publish_used`]), which virtio-queue's own notification window does not
-//! see, so its [`Ring`] ([`RxRing`]) answers `needs_notification` from the
+//! see, so its [`Ring`] ([`WindowRing`]) answers `needs_notification` from the
 //! [`UsedWindow`] instead. The transmit queue does the same per burst (its chains go back
-//! through `fabric::tx_return`), with [`TxRing`].
+//! through `fabric::tx_return`), with [`WindowRing`].
 
 use crate::fabric::GuestMem;
 use crate::rx::UsedWindow;
@@ -165,15 +165,15 @@ impl TxCtl {
 
 impl TxCtl {
     /// The queue's notifier, and its vring as the notifier sees it (decisions through the
-    /// queue's window, see [`TxRing`]).
+    /// queue's window, see [`WindowRing`]).
     pub fn split<'a>(
         &'a mut self,
         state: &'a mut VringState<GuestMem>,
         mem: &'a GuestMem,
-    ) -> (&'a mut QueueNotifier, TxRing<'a>) {
-        let ring = TxRing {
+    ) -> (&'a mut QueueNotifier, WindowRing<'a>) {
+        let ring = WindowRing {
             state,
-            mem,
+            mem: Some(mem),
             window: &mut self.window,
         };
         (&mut self.notifier, ring)
@@ -189,41 +189,32 @@ pub fn kick_sampler(source: Box<dyn CpuSource>) -> CpuSampler {
     CpuSampler::new(source).with_siblings(Siblings::Ignore)
 }
 
-/// A receive vring as the notifier sees it.
-pub struct RxRing<'a> {
+/// A vring as the notifier sees it when its used entries are published by our own writers
+/// ([`crate::rx::publish_used`], per frame or per burst), which virtio-queue's own window
+/// does not see: notification decisions come from the queue's [`UsedWindow`]. Receive and
+/// transmit queues alike; `mem` is the device's guest memory where the notifier may need
+/// it anew (transmit: the held completions' resume), `None` otherwise.
+pub struct WindowRing<'a> {
     /// The vring.
     pub state: &'a mut VringState<GuestMem>,
+    /// The device's guest memory, when [`Ring::current_memory`] should read it.
+    pub mem: Option<&'a GuestMem>,
     /// Its notification window.
     pub window: &'a mut UsedWindow,
 }
 
-impl Ring for RxRing<'_> {
-    fn queue_mut(&mut self) -> &mut Queue {
-        self.state.get_queue_mut()
-    }
-    fn signal(&self) -> io::Result<()> {
-        self.state.signal_used_queue()
-    }
-    fn needs_notification(&mut self, mem: &GuestMemoryMmap) -> vmirq_vhost::Result<bool> {
-        self.window
-            .needs_notification(self.state.get_queue(), mem)
-            .map_err(|e| QueueError::Queue(virtio_queue::Error::GuestMemory(e)))
+impl<'a> WindowRing<'a> {
+    /// A receive queue's view (no memory re-read).
+    pub fn rx(state: &'a mut VringState<GuestMem>, window: &'a mut UsedWindow) -> Self {
+        Self {
+            state,
+            mem: None,
+            window,
+        }
     }
 }
 
-/// A transmit vring as the notifier sees it: a [`LiveRing`] whose notification decisions
-/// come from the queue's [`UsedWindow`] (its used entries are published per burst, which
-/// virtio-queue's own window does not see).
-pub struct TxRing<'a> {
-    /// The vring.
-    pub state: &'a mut VringState<GuestMem>,
-    /// The device's guest memory.
-    pub mem: &'a GuestMem,
-    /// Its notification window.
-    pub window: &'a mut UsedWindow,
-}
-
-impl Ring for TxRing<'_> {
+impl Ring for WindowRing<'_> {
     fn queue_mut(&mut self) -> &mut Queue {
         self.state.get_queue_mut()
     }
@@ -236,7 +227,7 @@ impl Ring for TxRing<'_> {
             .map_err(|e| QueueError::Queue(virtio_queue::Error::GuestMemory(e)))
     }
     fn current_memory(&self) -> Option<Arc<GuestMemoryMmap>> {
-        Some(self.mem.memory().into_inner())
+        self.mem.map(|m| m.memory().into_inner())
     }
 }
 

@@ -21,7 +21,7 @@ use super::tx_return::{TxReturn, TxUsed};
 use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
-use crate::queues::{RxCtl, RxRing, TxCtl};
+use crate::queues::{RxCtl, TxCtl, WindowRing};
 use crate::regions::RegionCache;
 use crate::rings::AvailView;
 use crate::rx::{arm_refill_kick, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
@@ -367,10 +367,7 @@ impl Fabric {
             notifier, window, ..
         } = &mut *ctl;
         let mut batch = notifier.completions();
-        let mut ring = RxRing {
-            state: &mut rx,
-            window,
-        };
+        let mut ring = WindowRing::rx(&mut rx, window);
         // The run's completions in one call (the same decisions as one per frame); the
         // first `Notify` covers them all, published above.
         let done = notifier

@@ -6,7 +6,7 @@
 //! published with ONE used-index store, then the moderation policy sees the chunk's
 //! submissions and completions (one call each, `Moderation::on_submits` and
 //! `on_completions`) and makes its notification decision for the whole chunk
-//! through the queue's [`UsedWindow`](crate::rx::UsedWindow) ([`TxRing`]). The rules of
+//! through the queue's [`UsedWindow`](crate::rx::UsedWindow) ([`WindowRing`]). The rules of
 //! `add_used` stay: a head outside the descriptor table is refused (the queue is broken),
 //! the index wraps at 2^16 and the slot at the ring size, a used ring outside guest memory
 //! is an error (the queue is broken), and no entry is visible before it is written (the
