@@ -166,8 +166,13 @@ fn vmirq_serve_tiny_matrix() {
         (sent - n).abs() < 0.15,
         "backend sent {sent}/IO, client read {n}/IO"
     );
+    // At QD 1 a request needs at most one kick. It needs none when the client publishes it
+    // before the backend's worker, still looping after the last completion, re-arms
+    // `avail_event`: the worker then finds it on its re-check. How often that race goes the
+    // client's way depends on the machine's load (CI saw 0.49 kicks per I/O), so the lower
+    // bound only says that kicks are counted at all.
     let kicks = none["backend_per_io"]["kicks"].as_f64().unwrap_or(0.0);
-    assert!(kicks > 0.5 && kicks <= 1.05, "QD1 kicks per I/O: {kicks}");
+    assert!(kicks > 0.05 && kicks <= 1.05, "QD1 kicks per I/O: {kicks}");
     assert_eq!(none["backend_per_io"]["poll_hits"].as_f64(), Some(0.0));
     // `vmirq` is `vmirq serve` with its defaults, which poll for kicks: every QD-1 wait either
     // polled (hit or miss) or was refused by the contention gate (the test shares the CPUs).
