@@ -25,8 +25,13 @@
 //!   checks itself).
 
 use virtio_queue::desc::split::Descriptor;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileSlice};
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileMemory,
+    VolatileSlice,
+};
 
+/// `VRING_DESC_F_NEXT`.
+const F_NEXT: u16 = 1;
 /// `VRING_DESC_F_INDIRECT`.
 const F_INDIRECT: u16 = 4;
 /// Size of one split descriptor in bytes.
@@ -190,6 +195,22 @@ impl<'a> TableView<'a> {
     pub fn is_mapped(&self) -> bool {
         self.slice.is_some()
     }
+
+    /// The chain at `head` when it is one direct descriptor (neither NEXT nor INDIRECT
+    /// set) of a translated table: the usual shape of a network frame's buffer. It keeps
+    /// every ring rule with no walk: the head lies inside the table (checked here), one
+    /// descriptor is no loop and within any chain limit, and INDIRECT is not set. `None`
+    /// for every other chain (and for a table not translated): the caller walks it in
+    /// full, which reads the entry again and names any rule broken.
+    #[must_use]
+    pub fn single(&self, head: u16) -> Option<Descriptor> {
+        if head >= self.table.size {
+            return None;
+        }
+        let offset = usize::from(head) * DESC_LEN as usize;
+        let d = read_at(self.slice?, offset)?;
+        (d.flags() & (F_NEXT | F_INDIRECT) == 0).then_some(d)
+    }
 }
 
 /// The table the walk is currently in.
@@ -246,6 +267,11 @@ pub fn walk_chain_in(
     head: u16,
     out: &mut Vec<Descriptor>,
 ) -> Result<(), Violation> {
+    if let Some(d) = view.single(head) {
+        out.clear();
+        out.push(d);
+        return Ok(());
+    }
     walk_ring(mem, *view, head, out).map(|_| ())
 }
 
@@ -313,15 +339,22 @@ fn walk_ring(
     }
 }
 
+/// The descriptor at byte `offset` of a translated table: one volatile read of its 16
+/// bytes (a copy; the driver may write the table meanwhile), bounds checked against the
+/// slice; any alignment.
+fn read_at(slice: VolatileSlice<'_>, offset: usize) -> Option<Descriptor> {
+    slice.get_ref::<Descriptor>(offset).ok().map(|r| r.load())
+}
+
 /// Read entry `index` of the current table.
 fn read(mem: &GuestMemoryMmap, at: Cursor<'_>, index: u16) -> Result<Descriptor, Violation> {
     let offset = u64::from(index) * u64::from(DESC_LEN);
     if let Some(slice) = at.slice {
         // `index` < the table's entries (checked by the caller), and the slice holds them
-        // all; the bounds are checked again by `read_obj`.
+        // all; the bounds are checked again by `read_at`.
         return usize::try_from(offset)
             .ok()
-            .and_then(|o| slice.read_obj::<Descriptor>(o).ok())
+            .and_then(|o| read_at(slice, o))
             .ok_or(Violation::TableOutsideMemory { index });
     }
     // Indirect tables were checked to lie in memory, so only the queue's table can fail.
@@ -401,7 +434,6 @@ mod tests {
     use super::*;
     use virtio_queue::desc::RawDescriptor;
 
-    const F_NEXT: u16 = 1;
     const F_WRITE: u16 = 2;
     const TABLE: DescTable = DescTable {
         addr: GuestAddress(0),
@@ -654,5 +686,66 @@ mod tests {
             both(&m, outside, 0),
             Err(Violation::TableOutsideMemory { index: 0 })
         );
+    }
+
+    #[test]
+    fn a_single_direct_descriptor_takes_the_short_path_every_other_chain_the_walk() {
+        let m = mem();
+        let view = TableView::new(&m, TABLE);
+        // One readable, one writable descriptor: the short path, the walker's answer.
+        put(&m, 0, 0x1000, 76, 0, 5);
+        put(&m, 16, 0x2000, 1526, F_WRITE, 0);
+        for head in [0, 1] {
+            let d = view.single(head).expect("one direct descriptor");
+            assert_eq!(d.addr(), GuestAddress(0x1000 + 0x1000 * u64::from(head)));
+            assert_eq!(both(&m, TABLE, head), Ok(1));
+        }
+        // A chained head: the walk (and its rules).
+        put(&m, 32, 0x1000, 12, F_NEXT, 3);
+        put(&m, 48, 0x2000, 64, 0, 0);
+        assert!(view.single(2).is_none());
+        assert_eq!(both(&m, TABLE, 2), Ok(2));
+        put(&m, 48, 0x2000, 64, F_NEXT, 2);
+        assert_eq!(both(&m, TABLE, 2), Err(Violation::Loop { entries: 8 }));
+        // An indirect head: the walk, with the INDIRECT rules.
+        put(&m, 64, 0x3000, 16, F_INDIRECT, 0);
+        put(&m, 0x3000, 0x2000, 64, 0, 0);
+        assert!(view.single(4).is_none());
+        assert_eq!(both(&m, TABLE, 4), Ok(1));
+        let no_indirect = DescTable {
+            indirect: false,
+            ..TABLE
+        };
+        assert!(TableView::new(&m, no_indirect).single(4).is_none());
+        assert_eq!(
+            both(&m, no_indirect, 4),
+            Err(Violation::IndirectNotNegotiated)
+        );
+        // An index outside the table: no short path, the walk names it.
+        assert!(view.single(8).is_none());
+        assert!(view.single(u16::MAX).is_none());
+        assert_eq!(
+            both(&m, TABLE, 8),
+            Err(Violation::HeadOutOfRange { head: 8, size: 8 })
+        );
+    }
+
+    #[test]
+    fn a_table_not_translated_has_no_short_path() {
+        let m = GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), 0x1000),
+            (GuestAddress(0x1000), 0x1000),
+        ])
+        .expect("memory");
+        let table = DescTable {
+            addr: GuestAddress(0xFF0),
+            size: 4,
+            indirect: false,
+        };
+        put(&m, 0xFF0, 0x100, 76, 0, 0);
+        let view = TableView::new(&m, table);
+        assert!(!view.is_mapped());
+        assert!(view.single(0).is_none());
+        assert_eq!(both(&m, table, 0), Ok(1));
     }
 }
