@@ -10,6 +10,12 @@
 //! index is read with acquire ordering before any entry it covers. Reads stay volatile
 //! (the driver writes the ring concurrently). A ring that does not lie inside one mapped
 //! region takes virtio-queue's path.
+//!
+//! The entries are read in bulk: when the heads seen so far are used up, up to [`AHEAD`]
+//! entries the index covers are copied out at once (one copy, two where they wrap around
+//! the ring's end) and handed out from that copy. Entries the driver has made available
+//! stay put until the device returns them, so a copy taken once serves the burst, and a
+//! head put back (no room yet) comes again from it.
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -18,6 +24,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, Volati
 
 /// Bytes before the first entry of the available ring (flags, idx).
 const AVAIL_HDR_LEN: usize = 4;
+/// Most available-ring entries copied out at once (a burst's worth, [`crate::pmd::BURST`]).
+pub const AHEAD: usize = 32;
 
 /// Why no head could be taken: the queue is broken (or not running).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +50,12 @@ pub struct AvailView<'a> {
     /// the index again (a driver never takes an entry back), so the index is read once
     /// per burst unless the burst drains what it saw.
     known: Cell<u16>,
+    /// Ring position of `heads[0]`.
+    base: Cell<u16>,
+    /// Entries of `heads` copied out of the ring (from `base` on).
+    count: Cell<u16>,
+    /// Heads copied out of the ring.
+    heads: [Cell<u16>; AHEAD],
 }
 
 impl<'a> AvailView<'a> {
@@ -56,6 +70,9 @@ impl<'a> AvailView<'a> {
             size,
             slice: mem.get_slice(ring, len).ok(),
             known: Cell::new(q.next_avail()),
+            base: Cell::new(0),
+            count: Cell::new(0),
+            heads: Default::default(),
         }
     }
 
@@ -77,6 +94,7 @@ impl<'a> AvailView<'a> {
     ///
     /// # Errors
     /// [`AvailError`]: the queue is broken.
+    #[inline]
     pub fn pop(&self, q: &mut Queue, mem: &GuestMemoryMmap) -> Result<Option<u16>, AvailError> {
         if !q.ready() || q.avail_ring() == 0 {
             return Err(AvailError::NotReady);
@@ -85,7 +103,25 @@ impl<'a> AvailView<'a> {
             return slow_pop(q, mem);
         };
         let next_avail = q.next_avail();
-        let seen = self.known.get().wrapping_sub(next_avail);
+        let mut off = next_avail.wrapping_sub(self.base.get());
+        if off >= self.count.get() {
+            if !self.copy_ahead(slice, next_avail)? {
+                return Ok(None);
+            }
+            off = 0;
+        }
+        let head = self.heads[usize::from(off)].get();
+        q.set_next_avail(next_avail.wrapping_add(1));
+        Ok(Some(head))
+    }
+
+    /// Copy up to [`AHEAD`] available entries from ring position `next_avail` on into
+    /// `heads` (reading the driver's index first when what was seen is used up); false when
+    /// the driver has made nothing more available. Out of line: once per burst, and `pop`
+    /// stays small.
+    #[inline(never)]
+    fn copy_ahead(&self, slice: VolatileSlice<'_>, next_avail: u16) -> Result<bool, AvailError> {
+        let mut seen = self.known.get().wrapping_sub(next_avail);
         if seen == 0 || seen > self.size {
             // Drained what was seen (or `next_avail` moved past it): read the index.
             let idx = u16::from_le(
@@ -98,21 +134,37 @@ impl<'a> AvailView<'a> {
                 return Err(AvailError::IndexJump);
             }
             if ahead == 0 {
-                return Ok(None);
+                return Ok(false);
             }
             self.known.set(idx);
+            seen = ahead;
         }
-        // `size` > 0 here (an entry is available, at most the size), and the slot lies
-        // inside the slice (checked again by `load`). The entry is read after the acquire
-        // load of an index that covers it.
+        // 0 < `seen` <= `size` here, so `size` > 0. The entries are read after the acquire
+        // load of an index that covers them; the slots lie inside the slice (checked again
+        // by `subslice`). At most two pieces: up to the ring's end, then from its start.
+        let n = usize::from(seen).min(AHEAD);
+        let size = usize::from(self.size);
         let slot = usize::from(next_avail % self.size);
-        let head = u16::from_le(
+        let first = n.min(size - slot);
+        let mut raw = [0u8; 2 * AHEAD];
+        let pieces = [(slot, 0..first), (0, first..n)];
+        for (at, range) in pieces {
+            if range.is_empty() {
+                continue;
+            }
+            // A byte copy (one memcpy); a copy of u16 elements goes one by one.
             slice
-                .load::<u16>(AVAIL_HDR_LEN + 2 * slot, Ordering::Acquire)
-                .map_err(|_| AvailError::OutsideMemory)?,
-        );
-        q.set_next_avail(next_avail.wrapping_add(1));
-        Ok(Some(head))
+                .subslice(AVAIL_HDR_LEN + 2 * at, 2 * range.len())
+                .map_err(|_| AvailError::OutsideMemory)?
+                .copy_to(&mut raw[2 * range.start..2 * range.end]);
+        }
+        for (cell, h) in self.heads.iter().zip(raw[..2 * n].chunks_exact(2)) {
+            cell.set(u16::from_le_bytes([h[0], h[1]]));
+        }
+        self.base.set(next_avail);
+        // `n` <= AHEAD, which fits a u16.
+        self.count.set(u16::try_from(n).unwrap_or(0));
+        Ok(n > 0)
     }
 }
 

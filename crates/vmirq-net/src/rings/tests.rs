@@ -105,3 +105,75 @@ fn the_index_is_read_again_when_what_was_seen_is_drained_and_a_put_back_is_seen_
     assert_eq!(view.pop(&mut q, &mem), Err(AvailError::IndexJump));
     assert_eq!(q.next_avail(), 3);
 }
+
+/// Both ways from ring position `start` with the driver's index at `idx` (entries already
+/// written); the same heads, the same `next_avail`.
+fn drain_from(mem: &GuestMemoryMmap, avail: u32, size: u16, start: u16) -> Vec<u16> {
+    let mk = || {
+        let mut q = Queue::new(size).expect("queue");
+        q.set_desc_table_address(Some(0x100), Some(0));
+        q.set_avail_ring_address(Some(avail), Some(0));
+        q.set_used_ring_address(Some(0x3000), Some(0));
+        q.set_ready(true);
+        q.set_next_avail(start);
+        q
+    };
+    let (mut a, mut b) = (mk(), mk());
+    let view = AvailView::new(&a, mem);
+    assert!(view.is_mapped());
+    let mut fast = Vec::new();
+    while let Some(h) = view.pop(&mut a, mem).expect("pop") {
+        fast.push(h);
+    }
+    let mut slow = Vec::new();
+    while let Some(h) = slow_pop(&mut b, mem).expect("pop") {
+        slow.push(h);
+    }
+    assert_eq!(fast, slow);
+    assert_eq!(a.next_avail(), b.next_avail());
+    fast
+}
+
+#[test]
+fn entries_copied_out_in_bulk_wrap_around_the_ring_end() {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).expect("memory");
+    // Slots 6, 7, then 0, 1, 2 (positions 6..11).
+    let mut slots = [0u16; 8];
+    for (pos, head) in (6u16..11).zip([10, 11, 12, 13, 14]) {
+        slots[usize::from(pos % SIZE)] = head;
+    }
+    put_avail(&mem, 0x2000, 11, &slots);
+    assert_eq!(drain_from(&mem, 0x2000, SIZE, 6), vec![10, 11, 12, 13, 14]);
+    // The index itself wrapped past 2^16.
+    put_avail(&mem, 0x2000, 3, &slots);
+    let got = drain_from(&mem, 0x2000, SIZE, 0xFFFE);
+    assert_eq!(got, vec![slots[6], slots[7], slots[0], slots[1], slots[2]]);
+}
+
+#[test]
+fn more_entries_than_one_copy_holds_come_in_order_and_put_backs_come_again() {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).expect("memory");
+    const BIG: u16 = 128;
+    let n = u16::try_from(AHEAD).expect("fits") * 2 + 5;
+    let heads: Vec<u16> = (0..BIG).map(|i| (i * 7) % BIG).collect();
+    put_avail(&mem, 0x2000, n + 100, &heads);
+    let got = drain_from(&mem, 0x2000, BIG, 100);
+    let want: Vec<u16> = (100..100 + n)
+        .map(|p| heads[usize::from(p % BIG)])
+        .collect();
+    assert_eq!(got, want);
+    // Put back within the copy and across it: the same heads again.
+    let mut q = Queue::new(BIG).expect("queue");
+    q.set_avail_ring_address(Some(0x2000), Some(0));
+    q.set_ready(true);
+    q.set_next_avail(100);
+    let view = AvailView::new(&q, &mem);
+    let first: Vec<u16> = (0..AHEAD + 3)
+        .map(|_| view.pop(&mut q, &mem).expect("pop").expect("head"))
+        .collect();
+    q.set_next_avail(100 + 2);
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(first[2])));
+    q.set_next_avail(100 + u16::try_from(AHEAD).expect("fits") - 1);
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(first[AHEAD - 1])));
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(first[AHEAD])));
+}
