@@ -210,6 +210,13 @@ pub fn stage<'a>(
             fresh = rx_rings(q, mem);
             &fresh
         };
+    let whole = match frame {
+        FrameSrc::Bytes(b) => Some(b),
+        FrameSrc::Guest { head, len, .. } => (head.len() == len).then_some(head),
+    };
+    if let Some(out) = whole.and_then(|f| stage_one(q, mem, table, avail, to, f, used)) {
+        return out;
+    }
     let need = u64::try_from(HDR_LEN + frame.len()).unwrap_or(u64::MAX);
     let start = q.next_avail();
     let mut room = 0u64;
@@ -299,6 +306,51 @@ pub fn stage<'a>(
     used.heads.extend_from_slice(&s.heads);
     used.lens.extend_from_slice(&s.used);
     RxOutcome::Delivered(n)
+}
+
+/// [`stage`] for the usual shape, without its segment lists: a short frame held whole in
+/// this process (at most [`SMALL_LEN`] bytes) going into the next available chain when
+/// that chain is one device-writable descriptor ([`TableView::single`]: the head inside
+/// the table, neither NEXT nor INDIRECT) with room for the net header and the frame,
+/// inside one memory region. The net header and the frame go out in one copy; the net
+/// header says one buffer, as [`stage`] writes for a frame in one chain, with or without
+/// MRG_RXBUF. `None` when the frame or the chain has another shape, with nothing taken
+/// (`next_avail` where it was): [`stage`] then takes it with every check.
+fn stage_one(
+    q: &mut Queue,
+    mem: &GuestMemoryMmap,
+    table: &TableView<'_>,
+    avail: &AvailView<'_>,
+    to: &RegionCache<'_>,
+    frame: &[u8],
+    used: &mut UsedBatch,
+) -> Option<RxOutcome> {
+    if frame.len() > SMALL_LEN {
+        return None;
+    }
+    let start = q.next_avail();
+    let head = match avail.pop(q, mem) {
+        Ok(Some(head)) => head,
+        Ok(None) => return Some(RxOutcome::NoRoom),
+        Err(_) => return Some(RxOutcome::Broken),
+    };
+    let total = HDR_LEN + frame.len();
+    let slice = table
+        .single(head)
+        .filter(|d| d.is_write_only() && d.len() as usize >= total)
+        .and_then(|d| to.get_slice(d.addr(), total));
+    let Some(slice) = slice else {
+        q.set_next_avail(start);
+        return None;
+    };
+    let mut buf = [0u8; HDR_LEN + SMALL_LEN];
+    buf[..HDR_LEN].copy_from_slice(&rx_hdr(1));
+    buf[HDR_LEN..total].copy_from_slice(frame);
+    slice.copy_from(&buf[..total]);
+    used.heads.push(head);
+    // `total` <= HDR_LEN + SMALL_LEN.
+    used.lens.push(u32::try_from(total).unwrap_or(u32::MAX));
+    Some(RxOutcome::Delivered(1))
 }
 
 /// A position in a frame's receive segments: segment index and offset in it.
