@@ -17,7 +17,7 @@ use std::sync::atomic::{fence, Ordering};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, VolatileMemory};
 use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
 /// What happened to a frame.
@@ -308,13 +308,13 @@ pub fn stage<'a>(
     RxOutcome::Delivered(n)
 }
 
-/// [`stage`] for the usual shape, without its segment lists: a short frame held whole in
-/// this process (at most [`SMALL_LEN`] bytes) going into the next available chain when
-/// that chain is one device-writable descriptor ([`TableView::single`]: the head inside
-/// the table, neither NEXT nor INDIRECT) with room for the net header and the frame,
-/// inside one memory region. The net header and the frame go out in one copy; the net
-/// header says one buffer, as [`stage`] writes for a frame in one chain, with or without
-/// MRG_RXBUF. `None` when the frame or the chain has another shape, with nothing taken
+/// [`stage`] for the usual shape, without its segment lists: a frame held whole in this
+/// process going into the next available chain when that chain is one device-writable
+/// descriptor ([`TableView::single`]: the head inside the table, neither NEXT nor
+/// INDIRECT) with room for the net header and the frame, inside one memory region. The
+/// net header goes out with one 12-byte store, the frame with one copy; the header says
+/// one buffer, as [`stage`] writes for a frame in one chain, with or without MRG_RXBUF.
+/// `None` when the frame or the chain has another shape, with nothing taken
 /// (`next_avail` where it was): [`stage`] then takes it with every check.
 fn stage_one(
     q: &mut Queue,
@@ -325,16 +325,13 @@ fn stage_one(
     frame: &[u8],
     used: &mut UsedBatch,
 ) -> Option<RxOutcome> {
-    if frame.len() > SMALL_LEN {
-        return None;
-    }
+    let total = HDR_LEN.checked_add(frame.len())?;
     let start = q.next_avail();
     let head = match avail.pop(q, mem) {
         Ok(Some(head)) => head,
         Ok(None) => return Some(RxOutcome::NoRoom),
         Err(_) => return Some(RxOutcome::Broken),
     };
-    let total = HDR_LEN + frame.len();
     let slice = table
         .single(head)
         .filter(|d| d.is_write_only() && d.len() as usize >= total)
@@ -343,12 +340,19 @@ fn stage_one(
         q.set_next_avail(start);
         return None;
     };
-    let mut buf = [0u8; HDR_LEN + SMALL_LEN];
-    buf[..HDR_LEN].copy_from_slice(&rx_hdr(1));
-    buf[HDR_LEN..total].copy_from_slice(frame);
-    slice.copy_from(&buf[..total]);
+    // The header with one volatile store of its 12 bytes, the frame after it with one
+    // copy; both inside `slice` (checked again by `get_ref` and `subslice`).
+    let (Ok(hdr), Ok(rest)) = (
+        slice.get_ref::<[u8; HDR_LEN]>(0),
+        slice.subslice(HDR_LEN, frame.len()),
+    ) else {
+        q.set_next_avail(start);
+        return None;
+    };
+    hdr.store(rx_hdr(1));
+    rest.copy_from(frame);
     used.heads.push(head);
-    // `total` <= HDR_LEN + SMALL_LEN.
+    // `total` <= the descriptor's u32 length.
     used.lens.push(u32::try_from(total).unwrap_or(u32::MAX));
     Some(RxOutcome::Delivered(1))
 }
@@ -493,19 +497,9 @@ pub fn publish_used(
         elem[4..].copy_from_slice(&len.to_le_bytes());
         let off = USED_HDR_LEN + USED_ELEM_LEN * slot;
         match mapped {
-            // Two 4-byte stores cost less than a generic 8-byte copy; the ring is 4-byte
-            // aligned in guest memory (virtio-queue refuses another address), and a host
-            // mapping that breaks that alignment takes the copy.
-            Some(slice) => {
-                if slice
-                    .store(u32::from(head).to_le(), off, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    slice.store(len.to_le(), off + 4, Ordering::Relaxed)?;
-                } else {
-                    slice.write_slice(&elem, off)?;
-                }
-            }
+            // One volatile store of the entry's 8 bytes (any alignment), bounds checked
+            // against the ring: cheaper than a generic copy or two atomic stores.
+            Some(slice) => slice.get_ref::<[u8; USED_ELEM_LEN]>(off)?.store(elem),
             None => {
                 let at = ring.checked_add(off as u64).ok_or_else(bad)?;
                 mem.write_slice(&elem, at)?;

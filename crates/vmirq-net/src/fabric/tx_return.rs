@@ -26,12 +26,14 @@ use vmirq_vhost::LiveRing;
 
 /// Most chains published with one index store and one notification decision.
 pub(super) const CHUNK: usize = 32;
+/// The used length of every transmit chain (the device writes nothing into it).
+const ZERO_LENS: [u32; CHUNK] = [0; CHUNK];
 
 /// Reusable buffers of a [`TxReturn`] (no allocation per batch once warm).
 #[derive(Debug, Default)]
 pub(super) struct TxUsed {
+    /// At most [`CHUNK`] heads (published when full).
     heads: Vec<u16>,
-    lens: Vec<u32>,
     metas: Vec<CompletionMeta>,
 }
 
@@ -45,7 +47,6 @@ pub(super) struct TxReturn<'s> {
 impl<'s> TxReturn<'s> {
     pub(super) fn new(s: &'s mut TxUsed) -> Self {
         s.heads.clear();
-        s.lens.clear();
         s.metas.clear();
         Self { s, broken: false }
     }
@@ -72,7 +73,6 @@ impl<'s> TxReturn<'s> {
             return false;
         }
         self.s.heads.push(head);
-        self.s.lens.push(0);
         self.s
             .metas
             .push(CompletionMeta::new(RequestKind::Write, bytes));
@@ -100,7 +100,6 @@ impl<'s> TxReturn<'s> {
     fn break_queue(&mut self, c: &PortCounters) {
         self.broken = true;
         self.s.heads.clear();
-        self.s.lens.clear();
         self.s.metas.clear();
         PortCounters::add(&c.queue_broken, 1);
     }
@@ -123,14 +122,15 @@ impl<'s> TxReturn<'s> {
             // at the ring's position now.
             ctl.window.reset(q.next_used());
         }
-        if publish_used(q, mem, &self.s.heads, &self.s.lens).is_err() {
+        // `heads` holds at most CHUNK entries (published when full).
+        let lens = &ZERO_LENS[..self.s.heads.len().min(CHUNK)];
+        if publish_used(q, mem, &self.s.heads, lens).is_err() {
             tracing::warn!("transmit used ring outside guest memory");
             self.break_queue(c);
             return false;
         }
         ctl.used_next = Some(q.next_used());
         self.s.heads.clear();
-        self.s.lens.clear();
         let (notifier, mut ring) = ctl.split(&mut *tx.state, tx.mem);
         // The chunk's events in one call each (the same decisions as one per chain).
         let n = u32::try_from(self.s.metas.len()).unwrap_or(u32::MAX);

@@ -268,9 +268,10 @@ fn a_buffer_too_short_is_too_big_or_merged_and_an_empty_ring_has_no_room() {
 }
 
 #[test]
-fn a_frame_longer_than_the_short_path_takes_the_general_path() {
+fn a_long_frame_into_one_buffer_and_one_held_in_part_are_written_whole() {
     let mut g = rx_guest(None);
-    let f = test_frame(SMALL_LEN + 1);
+    let f = test_frame(1514);
+    let total = u32::try_from(HDR_LEN + f.len()).expect("fits");
     let d = Desc {
         addr: g.alloc(2048),
         len: 2048,
@@ -279,7 +280,44 @@ fn a_frame_longer_than_the_short_path_takes_the_general_path() {
     let head = g.push_chain(&[d]);
     let (out, used) = stage_into(&mut g, &f, false);
     assert_eq!(out, RxOutcome::Delivered(1));
-    let total = u32::try_from(HDR_LEN + f.len()).expect("fits");
     assert_eq!(used, vec![(u32::from(head), total)]);
     assert_eq!(&g.read(&d)[..HDR_LEN + f.len()], &net_hdr_and(&f, 1)[..]);
+    // The same frame from another guest's transmit chain, only its first 128 bytes held
+    // here: the general path copies the rest from there.
+    let src = g.alloc(2048);
+    let mut chain = vec![0u8; HDR_LEN];
+    chain.extend_from_slice(&f);
+    g.mem_write(src, &chain);
+    let d2 = Desc {
+        addr: g.alloc(2048),
+        len: 2048,
+        write: true,
+    };
+    let head2 = g.push_chain(&[d2]);
+    let mem = g.mem.clone();
+    let from = RegionCache::new(&mem);
+    let tx = [Descriptor::new(src, total, 0, 0)];
+    let frame = FrameSrc::Guest {
+        mem: &from,
+        descs: &tx,
+        head: &f[..128],
+        skip: HDR_LEN + 128,
+        len: f.len(),
+    };
+    let mut s = RxScratch::default();
+    let mut batch = UsedBatch::default();
+    let rings = rx_rings(&g.ring.queue, &mem);
+    let out = stage(
+        &mut g.ring.queue,
+        &mem,
+        &rings,
+        frame,
+        true,
+        &mut s,
+        &mut batch,
+    );
+    assert_eq!(out, RxOutcome::Delivered(1));
+    batch.publish(&mut g.ring.queue, &mem).expect("publish");
+    assert_eq!(g.take_used(), vec![(u32::from(head2), total)]);
+    assert_eq!(&g.read(&d2)[..HDR_LEN + f.len()], &net_hdr_and(&f, 1)[..]);
 }
