@@ -191,7 +191,34 @@ fn desc_table(q: &Queue) -> DescTable {
 /// merged frame is never visible in part). Chains of a bad receive chain go into `used`
 /// with length 0. `rings`: [`rx_rings`] of `q`, made once for many frames (one made for
 /// other rings is not used).
+#[inline]
 pub fn stage<'a>(
+    q: &mut Queue,
+    mem: &'a GuestMemoryMmap,
+    rings: &RxRings<'a>,
+    frame: FrameSrc<'_, '_>,
+    mrg_rxbuf: bool,
+    s: &mut RxScratch,
+    used: &mut UsedBatch,
+) -> RxOutcome {
+    // Inlined into the caller's loop with `stage_one`; the general path stays out of line.
+    if rings.table.table() == desc_table(q) && rings.avail.is_for(q) {
+        let whole = match frame {
+            FrameSrc::Bytes(b) => Some(b),
+            FrameSrc::Guest { head, len, .. } => (head.len() == len).then_some(head),
+        };
+        let RxRings { table, avail, to } = rings;
+        if let Some(out) = whole.and_then(|f| stage_one(q, mem, table, avail, to, f, used)) {
+            return out;
+        }
+        return stage_general(q, mem, rings, frame, mrg_rxbuf, s, used);
+    }
+    stage_general(q, mem, &rx_rings(q, mem), frame, mrg_rxbuf, s, used)
+}
+
+/// [`stage`] for every shape of frame and receive chains, `rings` made for `q`.
+#[inline(never)]
+fn stage_general<'a>(
     q: &mut Queue,
     mem: &'a GuestMemoryMmap,
     rings: &RxRings<'a>,
@@ -202,21 +229,7 @@ pub fn stage<'a>(
 ) -> RxOutcome {
     s.segs.clear();
     s.heads.clear();
-    let fresh;
-    let RxRings { table, avail, to } =
-        if rings.table.table() == desc_table(q) && rings.avail.is_for(q) {
-            rings
-        } else {
-            fresh = rx_rings(q, mem);
-            &fresh
-        };
-    let whole = match frame {
-        FrameSrc::Bytes(b) => Some(b),
-        FrameSrc::Guest { head, len, .. } => (head.len() == len).then_some(head),
-    };
-    if let Some(out) = whole.and_then(|f| stage_one(q, mem, table, avail, to, f, used)) {
-        return out;
-    }
+    let RxRings { table, avail, to } = rings;
     let need = u64::try_from(HDR_LEN + frame.len()).unwrap_or(u64::MAX);
     let start = q.next_avail();
     let mut room = 0u64;
@@ -316,6 +329,7 @@ pub fn stage<'a>(
 /// one buffer, as [`stage`] writes for a frame in one chain, with or without MRG_RXBUF.
 /// `None` when the frame or the chain has another shape, with nothing taken
 /// (`next_avail` where it was): [`stage`] then takes it with every check.
+#[inline]
 fn stage_one(
     q: &mut Queue,
     mem: &GuestMemoryMmap,

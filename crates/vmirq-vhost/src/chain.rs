@@ -203,6 +203,7 @@ impl<'a> TableView<'a> {
     /// for every other chain (and for a table not translated): the caller walks it in
     /// full, which reads the entry again and names any rule broken.
     #[must_use]
+    #[inline]
     pub fn single(&self, head: u16) -> Option<Descriptor> {
         if head >= self.table.size {
             return None;
@@ -261,6 +262,7 @@ pub fn walk_chain(
 ///
 /// # Errors
 /// The first [`Violation`] found.
+#[inline]
 pub fn walk_chain_in(
     mem: &GuestMemoryMmap,
     view: &TableView<'_>,
@@ -342,6 +344,7 @@ fn walk_ring(
 /// The descriptor at byte `offset` of a translated table: one volatile read of its 16
 /// bytes (a copy; the driver may write the table meanwhile), bounds checked against the
 /// slice; any alignment.
+#[inline]
 fn read_at(slice: VolatileSlice<'_>, offset: usize) -> Option<Descriptor> {
     slice.get_ref::<Descriptor>(offset).ok().map(|r| r.load())
 }
