@@ -36,7 +36,7 @@ impl<'m> RegionCache<'m> {
     /// `GuestMemoryBackend::get_slice`); `None` otherwise (outside memory, or across a
     /// region boundary: the caller takes the piecewise path).
     #[must_use]
-    #[inline]
+    #[inline(always)]
     pub fn get_slice(&self, addr: GuestAddress, len: usize) -> Option<VolatileSlice<'m>> {
         if let Some((start, region)) = self.last.get() {
             let hit = addr

@@ -95,6 +95,7 @@ pub const COPY_LEN: usize = HDR_LEN + 128;
 ///
 /// # Errors
 /// [`TxError`].
+#[inline]
 pub fn scan_chain(
     cache: &RegionCache<'_>,
     table: &TableView<'_>,
