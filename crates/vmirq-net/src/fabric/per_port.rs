@@ -264,11 +264,12 @@ impl Fabric {
     /// lock; otherwise its receive vring, then its moderation lock, are taken and the
     /// deadline checked again under them (the watch is only a hint).
     fn fire_rx_due(&self, p: usize, me: &Attached, now: u64) {
-        let mem = me.mem.memory();
         for (pair, at) in me.pairs.iter().zip(me.rx_deadlines()) {
             if now < at.load(Ordering::Relaxed) {
                 continue;
             }
+            // The memory is loaded only for a due pair (a kick wait calls this per spin).
+            let mem = me.mem.memory();
             let mut rx = pair.rx.get_mut();
             let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
             let RxCtl {
