@@ -61,7 +61,7 @@ impl Fabric {
         }
     }
 
-    /// [`Self::service_txq`] of every transmit queue of port `src`.
+    /// `service_txq` (a bounded drain) of every transmit queue of port `src`.
     pub fn service_tx(&self, src: usize) {
         let Some(me) = self.attached(src) else {
             return;
