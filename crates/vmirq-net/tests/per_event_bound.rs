@@ -12,7 +12,8 @@
 //! are served in the order they became ready (kicks when the driver kicked, the transmit
 //! timer once its fd is readable), and pair 0's driver tops its ring up to full after
 //! every event. The frames go to port 1, which has no frontend: each is taken, dropped and
-//! counted (the drain's control flow is the same as for a delivered frame).
+//! counted (the drain's control flow is the same as for a delivered frame). A second test:
+//! a kick while a resume is pending does not lose the resume.
 
 mod common;
 
@@ -83,51 +84,93 @@ enum Ev {
     Timer(usize),
 }
 
+/// Port 0 of a two-port fabric (pairs mode: its frames go to port 1, which has no
+/// frontend) with two queue pairs: pair 0's transmit ring is [`BIG`].
+struct Port0 {
+    fabric: Fabric,
+    mem: Arc<GuestMemoryMmap>,
+    /// Receive 0, transmit 0, receive 1, transmit 1.
+    queues: Vec<Queue>,
+    tx_ctls: Vec<Arc<Mutex<TxCtl>>>,
+}
+
+impl Port0 {
+    fn new() -> Self {
+        let policies = Policies::default();
+        let mem = GuestMemoryMmap::from_ranges(&[(
+            GuestAddress(0),
+            usize::try_from(REGION0_LEN).expect("64-bit"),
+        )])
+        .expect("guest memory");
+        let atomic: GuestMem = GuestMemoryAtomic::new(mem.clone());
+        let mem = Arc::new(mem);
+        let fabric = Fabric::with_pairs(Switch::new(SwitchMode::Pairs, 2), 2);
+        let slot = fabric.slot(0).expect("port 0");
+        let queues: Vec<Queue> = [SMALL, BIG, SMALL, SMALL]
+            .iter()
+            .enumerate()
+            .map(|(n, &size)| queue(&mem, &atomic, n as u64, size))
+            .collect();
+        let tx_ctls: Vec<Arc<Mutex<TxCtl>>> = (0..2)
+            .map(|q| {
+                Arc::new(Mutex::new(
+                    TxCtl::new(&policies, slot.tx_queues[q].clone()).expect("tx ctl"),
+                ))
+            })
+            .collect();
+        let pairs = (0..2)
+            .map(|q| Pair {
+                rx: queues[2 * q].vring.clone(),
+                tx: queues[2 * q + 1].vring.clone(),
+                rx_ctl: Arc::new(Mutex::new(
+                    RxCtl::new(&policies, slot.rx_queues[q].clone()).expect("rx ctl"),
+                )),
+                tx_ctl: Arc::clone(&tx_ctls[q]),
+            })
+            .collect();
+        let attached = Attached::new(
+            pairs,
+            atomic.clone(),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU16::new(2)),
+            Arc::new(Revocation::new()),
+            None,
+        )
+        .expect("two pairs");
+        fabric.attach(0, attached);
+        Self {
+            fabric,
+            mem,
+            queues,
+            tx_ctls,
+        }
+    }
+
+    fn timer_fd(&self, q: usize) -> RawFd {
+        self.tx_ctls[q].lock().expect("tx ctl").notifier.timer_fd()
+    }
+
+    fn resuming(&self, q: usize) -> bool {
+        self.tx_ctls[q].lock().expect("tx ctl").notifier.resuming()
+    }
+
+    /// Chains pair 0's transmit queue has returned.
+    fn used0(&self) -> u16 {
+        self.queues[1].guest.used_idx()
+    }
+}
+
 #[test]
 fn a_full_transmit_queue_leaves_the_worker_to_the_ports_other_queue_after_a_bounded_drain() {
-    let policies = Policies::default();
-    let mem = GuestMemoryMmap::from_ranges(&[(
-        GuestAddress(0),
-        usize::try_from(REGION0_LEN).expect("64-bit"),
-    )])
-    .expect("guest memory");
-    let atomic: GuestMem = GuestMemoryAtomic::new(mem.clone());
-    let mem = Arc::new(mem);
-    let fabric = Fabric::with_pairs(Switch::new(SwitchMode::Pairs, 2), 2);
+    let mut port = Port0::new();
+    let Port0 {
+        fabric,
+        mem,
+        queues,
+        tx_ctls,
+    } = &mut port;
+    let fabric = &*fabric;
     let slot = fabric.slot(0).expect("port 0");
-    // Port 0: pair 0 (receive 0, transmit 1: the big one), pair 1 (receive 2, transmit 3).
-    let mut queues: Vec<Queue> = [SMALL, BIG, SMALL, SMALL]
-        .iter()
-        .enumerate()
-        .map(|(n, &size)| queue(&mem, &atomic, n as u64, size))
-        .collect();
-    let tx_ctls: Vec<Arc<Mutex<TxCtl>>> = (0..2)
-        .map(|q| {
-            Arc::new(Mutex::new(
-                TxCtl::new(&policies, slot.tx_queues[q].clone()).expect("tx ctl"),
-            ))
-        })
-        .collect();
-    let pairs = (0..2)
-        .map(|q| Pair {
-            rx: queues[2 * q].vring.clone(),
-            tx: queues[2 * q + 1].vring.clone(),
-            rx_ctl: Arc::new(Mutex::new(
-                RxCtl::new(&policies, slot.rx_queues[q].clone()).expect("rx ctl"),
-            )),
-            tx_ctl: Arc::clone(&tx_ctls[q]),
-        })
-        .collect();
-    let attached = Attached::new(
-        pairs,
-        atomic.clone(),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU16::new(2)),
-        Arc::new(Revocation::new()),
-        None,
-    )
-    .expect("two pairs");
-    fabric.attach(0, attached);
     let timer_fd = |q: usize| tx_ctls[q].lock().expect("tx ctl").notifier.timer_fd();
     let resuming = |q: usize| tx_ctls[q].lock().expect("tx ctl").notifier.resuming();
 
@@ -160,7 +203,7 @@ fn a_full_transmit_queue_leaves_the_worker_to_the_ports_other_queue_after_a_boun
             // Stopped at the bound: kicks stay off while the resume is pending, so the
             // driver topping its ring up does not kick; the timer is ready at once.
             assert!(
-                kicks_off(&mem, &queues[1]),
+                kicks_off(mem, &queues[1]),
                 "pair 0's kicks on while resuming"
             );
             if topped_up < 3 {
@@ -188,7 +231,7 @@ fn a_full_transmit_queue_leaves_the_worker_to_the_ports_other_queue_after_a_boun
     let used = queues[1].guest.used_idx();
     assert_eq!(u32::from(used), offered % 65536);
     assert!(
-        !kicks_off(&mem, &queues[1]),
+        !kicks_off(mem, &queues[1]),
         "pair 0's kicks stay off after its drain"
     );
     assert!(!resuming(0) && !resuming(1));
@@ -203,4 +246,56 @@ fn a_full_transmit_queue_leaves_the_worker_to_the_ports_other_queue_after_a_boun
     );
     // Two kicks and one timer event per bounded drain.
     assert_eq!(u64::from(events), 2 + c.tx_yields, "{events} events");
+}
+
+/// A kick while a resume is pending (a stale kick, or another port's refill servicing this
+/// queue through `wake_blocked`) drains the rest of the ring; the pending resume must
+/// survive it. The drain's between-batches timer delivery used to be able to consume the
+/// resume's timer (armed at once, so always due) while the resume stayed marked: then the
+/// timer never fired again, the mark stayed for good, and the queue's moderation could no
+/// longer arm a hold (decisions do not touch the timer while a resume is pending).
+#[test]
+fn a_kick_while_a_resume_is_pending_leaves_the_resume_to_its_timer() {
+    let mut port = Port0::new();
+    // One event's worth and 300 frames more (two batches: the between-batches delivery
+    // runs once).
+    let rest = 300;
+    offer_tx(
+        &mut port.queues[1],
+        usize::from(FRAMES_PER_EVENT) + rest,
+        60,
+    );
+    port.fabric.on_tx_kick(0, 0);
+    assert_eq!(port.used0(), FRAMES_PER_EVENT);
+    assert!(
+        port.resuming(0),
+        "the bound was reached: a resume is pending"
+    );
+    // Kicked again before the timer is served: the rest goes now.
+    port.fabric.on_tx_kick(0, 0);
+    assert_eq!(
+        usize::from(port.used0()),
+        usize::from(FRAMES_PER_EVENT) + rest
+    );
+    assert!(
+        !kicks_off(&port.mem, &port.queues[1]),
+        "the ring ran empty: kicks back on"
+    );
+    // The resume is still pending and its timer still armed: epoll serves it.
+    assert!(port.resuming(0));
+    assert!(
+        readable(port.timer_fd(0)),
+        "the resume's timer was consumed while the resume stayed pending"
+    );
+    port.fabric.on_tx_timer(0, 0);
+    assert!(!port.resuming(0), "the resume was served");
+    // And the queue goes on working.
+    offer_tx(&mut port.queues[1], 5, 60);
+    port.fabric.on_tx_kick(0, 0);
+    assert_eq!(
+        usize::from(port.used0()),
+        usize::from(FRAMES_PER_EVENT) + rest + 5
+    );
+    let c = port.fabric.slot(0).expect("port 0").counters.snapshot();
+    assert_eq!(c.tx_yields, 1);
 }
