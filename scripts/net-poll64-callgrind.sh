@@ -3,10 +3,14 @@
 # load): serve-net under valgrind, netload's polling client unpaced (64-byte stream) in its
 # own process, so serve-net is the bottleneck and the forwarding thread takes full bursts.
 # Prints, per data path, the inclusive Ir of the forwarding function (per-port:
-# Fabric::service_tx, pmd: Fabric::pmd_pass) and of the whole program, per frame moved.
+# Fabric::service_txq, every drain of a port's worker whatever event started it; pmd:
+# Fabric::pmd_pass) and of the whole program, per frame moved.
 #
 #   scripts/net-poll64-callgrind.sh [DATAPATH...]     (default: per-port pmd)
 #
+# MODE=interrupt and WORKLOAD=rr:64 (netload's --mode, --workload; default poll,
+# stream:64) measure other clients; SERVE_ARGS adds serve-net options (e.g.
+# SERVE_ARGS="--moderation count:usecs=50,frames=32").
 # VMIRQ=path: measure that binary instead of building one (e.g. a copy of an older build,
 # to compare two revisions). KEEP=dir: keep the callgrind outputs there (cg.DATAPATH), for
 # `callgrind_annotate --inclusive=yes` or a self-cost profile.
@@ -28,16 +32,19 @@ dps=("$@")
 for dp in "${dps[@]}"; do
   rm -f "$work"/*.sock
   RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$work/cg.$dp" "$vmirq" serve-net \
-    --socket "$work/a.sock" --socket "$work/b.sock" --datapath "$dp" 2>"$work/srv.txt" &
+    --socket "$work/a.sock" --socket "$work/b.sock" --datapath "$dp" ${SERVE_ARGS:-} 2>"$work/srv.txt" &
   srv=$!
   for _ in $(seq 100); do [ -S "$work/b.sock" ] && break; sleep 0.2; done
   RUST_LOG=error timeout 120 "$vmirq" netload --socket "$work/a.sock" --socket "$work/b.sock" \
-    --mode poll --workload stream:64 --seconds 1 --warmup 0.2 --repeat 1 --cpu 0 >/dev/null 2>&1 || true
+    --mode "${MODE:-poll}" --workload "${WORKLOAD:-stream:64}" --seconds 1 --warmup 0.2 --repeat 1 --cpu 0 >/dev/null 2>&1 || true
   kill -INT "$srv"
   wait "$srv" || true
   srv=
-  frames=$(grep -oE '^port 0: tx_frames=[0-9]+' "$work/srv.txt" | grep -oE '[0-9]+$')
-  for f in 'Fabric::service_tx \[' 'Fabric::pmd_pass \[' 'PROGRAM TOTALS'; do
+  # Frames moved: taken off every port's transmit queues (a request/response workload
+  # sends both ways).
+  frames=$(grep -oE '^port [0-9]+: tx_frames=[0-9]+' "$work/srv.txt" | grep -oE '[0-9]+$' |
+    awk '{ n += $1 } END { print n + 0 }')
+  for f in 'Fabric>?::service_txq \[' 'Fabric::pmd_pass \[' 'PROGRAM TOTALS'; do
     ir=$(callgrind_annotate --inclusive=yes "$work/cg.$dp" 2>/dev/null | grep -E "$f" | head -1 |
       awk '{ gsub(",", "", $1); print $1 }' || true)
     if [ -n "$ir" ]; then echo "$dp frames=$frames ${f% \\[} Ir/frame=$((ir / frames))"; fi

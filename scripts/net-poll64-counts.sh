@@ -9,6 +9,8 @@
 #   scripts/net-poll64-counts.sh [REPS] [SECONDS]    (defaults 3, 2)
 #   CONFIGS="per-port/never pmd:cpu=1/never" scripts/net-poll64-counts.sh
 #   MODE=interrupt WORKLOAD=stream:1514@20000 scripts/net-poll64-counts.sh   (other clients)
+#   VMIRQ=path scripts/net-poll64-counts.sh   (that binary instead of a fresh build, e.g. to
+#                                            interleave two revisions)
 #
 # Needs: a release build (built here); no testpmd.
 set -euo pipefail
@@ -18,8 +20,11 @@ secs=${2:-2}
 mode=${MODE:-poll}
 workload=${WORKLOAD:-stream:64}
 configs=${CONFIGS:-"per-port/never per-port/kvm pmd:cpu=1/never pmd:cpu=1/fixed:us=100 pmd:cpu=1/kvm"}
-cargo build --release -q -p vmirq --bin vmirq
-vmirq=$PWD/target/release/vmirq
+vmirq=${VMIRQ:-}
+if [ -z "$vmirq" ]; then
+  cargo build --release -q -p vmirq --bin vmirq
+  vmirq=$PWD/target/release/vmirq
+fi
 work=$(mktemp -d)
 srv=
 trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT

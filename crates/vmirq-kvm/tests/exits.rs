@@ -30,7 +30,11 @@ fn every_exit_loop_runs_with_the_expected_userspace_exits() {
         assert_eq!(summary.n, u64::from(n));
         let expect_user = matches!(
             op,
-            ExitOp::PioUser | ExitOp::MmioUser | ExitOp::HltUser | ExitOp::IrqPending
+            ExitOp::PioUser
+                | ExitOp::MmioUser
+                | ExitOp::HltUser
+                | ExitOp::IrqPending
+                | ExitOp::IrqEntry
         );
         if expect_user {
             assert!(
@@ -56,4 +60,37 @@ fn reentry_after_sleep_subtracts_the_vmm_sleep_from_every_iteration() {
     // The VMM slept 100 us on every exit; what is left is a round trip, far below the sleep.
     assert!(r.cold_ns.p50 > 0 && r.cold_ns.p50 < r.sleep_ns, "{r:?}");
     assert_eq!(r.penalty_ns, r.cold_ns.p50.saturating_sub(r.hot_ns.p50));
+}
+
+#[test]
+fn irq_entry_ends_at_the_handler_and_costs_more_than_the_plain_exit() {
+    let Some(_serial) = common::kvm_or_skip("irq_entry_ends_at_the_handler") else {
+        return;
+    };
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    // measure_op fails if a sample's handler timestamp precedes the span (interrupt not
+    // taken at the re-entry inside it) or the handler did not run once per iteration.
+    let (entry, _) = vmirq_kvm::exits::measure_op(ExitOp::IrqEntry, 200, clock).expect("runs");
+    let (plain, _) = vmirq_kvm::exits::measure_op(ExitOp::PioUser, 200, clock).expect("runs");
+    eprintln!("irq_entry {entry:?}\npio_user {plain:?}");
+    // The same exit plus an `sti` and an interrupt delivery: never cheaper at the median.
+    assert!(entry.p50 > plain.p50, "{entry:?} vs {plain:?}");
+}
+
+#[test]
+fn irqfd_write_loop_times_every_write_and_the_guest_takes_each_interrupt() {
+    let Some(_serial) = common::kvm_or_skip("irqfd_write_loop") else {
+        return;
+    };
+    if vmirq_kvm::host::online_cpus() < 2 {
+        eprintln!("SKIPPED irqfd_write_loop: needs 2 CPUs");
+        return;
+    }
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    let w = vmirq_kvm::exits::irqfd::measure(100, clock).expect("loop runs");
+    eprintln!("{w:?}");
+    assert_eq!(w.irqfd_ns.n, 100);
+    assert_eq!(w.plain_ns.n, 100);
+    assert!(w.irqfd_ns.p50 > 0 && w.plain_ns.p50 > 0);
+    assert_eq!(w.msi_ns, w.irqfd_ns.p50.saturating_sub(w.plain_ns.p50));
 }

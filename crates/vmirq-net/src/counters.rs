@@ -62,6 +62,9 @@ counters! {
     tx_no_destination,
     /// Times the transmit queue waited for room in a destination's receive queue.
     tx_backpressure,
+    /// Times a transmit queue's drain reached the per-event bound with frames left and
+    /// went back to the port worker's event loop (resumed by its timer, armed at once).
+    tx_yields,
     /// Frames dropped: larger than the destination's receive buffers can hold.
     rx_too_big,
     /// Frames dropped on a flood: the destination had no receive buffer.

@@ -9,7 +9,9 @@
 //! slot's mutex before any vring lock is taken, so no thread ever waits for a slot while
 //! holding a vring. A queue's moderation lock (`tx_ctl`, `rx_ctl`) is taken after its vring
 //! lock, or alone; a TX side (vring, then `tx_ctl`) may be held while an RX one is taken,
-//! never the reverse.
+//! never the reverse. A port's receive hold deadlines are also mirrored in atomics
+//! ([`vmirq_vhost::timer::DeadlineWatch`], one per pair in its [`Attached`]) that its worker
+//! reads with no lock between transmit batches; they only say whether to take the locks.
 //!
 //! Multiqueue (`--queues N`): the port's worker serves every transmit queue of its port
 //! (each kick names its queue), and a frame goes to one of the destination's enabled receive
@@ -48,6 +50,7 @@ use vmirq_vhost::chain::DescTable;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::Completions;
 use vmirq_vhost::sigbus::{revoked_in, Revocation};
+use vmirq_vhost::timer::DeadlineWatch;
 use vmirq_vhost::LiveRing;
 
 /// Guest memory as the vhost-user machinery shares it.
@@ -101,6 +104,15 @@ pub struct Attached {
     pub active: Arc<AtomicU16>,
     /// The control queue (with several pairs).
     pub ctrl: Option<Vring>,
+    /// `dim-lat:wait=on`: the port's transmitted frames of at most this many bytes are told
+    /// to its receive queues' policies (pair 0's `RxCtl::tx_watch`, fixed for the
+    /// connection: the guest's NOTF_COAL commands replace the policy, not the watch), read
+    /// per transmit batch without a lock.
+    pub tx_watch: Option<u32>,
+    /// Each pair's receive hold deadline (`u64::MAX`: none armed), read without the
+    /// moderation lock by the port's worker between transmit batches
+    /// ([`Fabric::fire_port_due`]); a hint, the lock-held check decides.
+    rx_deadlines: Vec<DeadlineWatch>,
 }
 
 impl Attached {
@@ -118,6 +130,12 @@ impl Attached {
             return None;
         }
         let first = pairs.first()?.clone();
+        // Each moderation lock alone (no vring is held here).
+        let tx_watch = lock(&first.rx_ctl).tx_watch;
+        let rx_deadlines = pairs
+            .iter()
+            .map(|p| lock(&p.rx_ctl).notifier.deadline_watch())
+            .collect();
         Some(Self {
             rx: first.rx,
             tx: first.tx,
@@ -129,7 +147,24 @@ impl Attached {
             pairs,
             active,
             ctrl,
+            tx_watch,
+            rx_deadlines,
         })
+    }
+
+    /// The earliest receive hold deadline of the port's pairs (`u64::MAX`: none), read
+    /// without a lock: a hint (see [`DeadlineWatch`]).
+    fn rx_deadline(&self) -> u64 {
+        self.rx_deadlines
+            .iter()
+            .map(|d| d.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Each pair's receive hold deadline watch, pair 0 first.
+    fn rx_deadlines(&self) -> &[DeadlineWatch] {
+        &self.rx_deadlines
     }
 
     fn mrg_rxbuf(&self) -> bool {

@@ -102,7 +102,10 @@ pub struct RxCtl {
     pub classify: bool,
     /// `dim-lat:wait=on`: the port's transmitted frames of at most this many bytes are told
     /// to this queue's policy (a short message makes it expect a response,
-    /// `vmirq_policy::moderation::dim::ResponseWait`); `None` otherwise.
+    /// `vmirq_policy::moderation::dim::ResponseWait`); `None` otherwise. Fixed for the
+    /// connection (the guest's NOTF_COAL commands replace the policy, not this): the
+    /// fabric copies pair 0's into [`crate::fabric::Attached::tx_watch`] at attach and
+    /// reads it from there, without this lock.
     pub tx_watch: Option<u32>,
 }
 

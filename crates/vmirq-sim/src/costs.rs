@@ -59,6 +59,25 @@ pub struct Costs {
     /// is folded in there. `this-host` profiles (v4 on) measure it (`primitives
     /// pollnotice`: a PAUSE-and-clock spinner seeing another CPU's store).
     pub halt_poll_notice_ns: Nanos,
+    /// A host thread's irqfd `write()` up to the interrupt being pending in the vCPU's LAPIC
+    /// (eventfd signal, KVM's irqfd wake-up callback, MSI routing, IRR set, a kick that wakes
+    /// no thread), charged on every irqfd signal before it reaches the vCPU. 0 in the era
+    /// profiles, whose breakdowns start at the kick. `this-host` profiles (v5 on) measure it
+    /// (`vmirq kvm exits`, `irqfd_write`: the write from the other CPU into a vCPU outside
+    /// guest mode); their `kick_ns` is then the rest of a write that wakes a thread.
+    pub irqfd_inject_ns: Nanos,
+    /// A storage guest's doorbell (the submission kick), exit to resume, when it is not a
+    /// register exit. 0 in the era profiles: the kick is charged as a register exit
+    /// (`exit_roundtrip_ns + wrmsr_exit_ns`). `this-host` profiles (v5 on) measure it:
+    /// `vmirq kvm device`'s driver rings from guest ring 3 (an MMIO store to an ioeventfd, a
+    /// real exit on a host that emulates only ring 0), `vmirq kvm exits`' `doorbell_user3`.
+    pub doorbell_exit_ns: Nanos,
+    /// A vCPU running guest code forced out to inject a (non-posted) interrupt, exit to
+    /// re-entry. 0 in the era profiles: charged as `exit_roundtrip_ns`. `this-host` profiles
+    /// (v5 on) measure a real exit from guest ring 3 (`vmirq kvm exits`' `pio_eventfd_user3`),
+    /// where `vmirq kvm device`'s driver runs, while their `exit_roundtrip_ns` is one
+    /// emulated ring-0 instruction.
+    pub running_irq_exit_ns: Nanos,
     /// Host context switch between two runnable threads on a busy pCPU. Assumption: about
     /// half the scheduler wakeup cost (no idle exit, no IPI).
     pub context_switch_ns: Nanos,
@@ -99,6 +118,9 @@ impl Default for Costs {
             native_msr_ns: snb_cycles(100),
             poll_notice_ns: 100,
             halt_poll_notice_ns: 0,
+            irqfd_inject_ns: 0,
+            doorbell_exit_ns: 0,
+            running_irq_exit_ns: 0,
             context_switch_ns: snb_cycles(4_250),
             timeslice_ns: 3_000_000,
             host_irq_ns: snb_cycles(1_400),
@@ -132,7 +154,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 18] = [
+pub const FIELDS: [&str; 21] = [
     "wrmsr_exit_ns",
     "exit_roundtrip_ns",
     "kick_ns",
@@ -144,6 +166,9 @@ pub const FIELDS: [&str; 18] = [
     "native_msr_ns",
     "poll_notice_ns",
     "halt_poll_notice_ns",
+    "irqfd_inject_ns",
+    "doorbell_exit_ns",
+    "running_irq_exit_ns",
     "context_switch_ns",
     "timeslice_ns",
     "min_granularity_ns",

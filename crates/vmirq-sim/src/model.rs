@@ -94,6 +94,11 @@ pub struct ModelConfig {
     /// wakeup preempts at once, the model before 2026-11-25).
     #[serde(default = "default_host_sched")]
     pub host_sched: String,
+    /// The host idle governor counts block-I/O waiters in its multiplier (menu's
+    /// `10 * nr_iowait_cpu`; default true); false: multiplier 1, the model before the sixth
+    /// session of issue 16.
+    #[serde(default = "default_true")]
+    pub governor_iowait: bool,
     /// Primitive cost overrides.
     #[serde(default)]
     pub costs: Costs,
@@ -115,6 +120,9 @@ fn default_host_sched() -> String {
 }
 fn default_host_preempt() -> String {
     "voluntary".into()
+}
+fn default_true() -> bool {
+    true
 }
 fn default_max_events() -> u64 {
     50_000_000
@@ -221,6 +229,7 @@ impl ModelConfig {
                 )))
             }
         };
+        core.governor_iowait = self.governor_iowait;
         core.place_threads();
         core.stagger_slices = self.stagger_slices;
         Ok(core)

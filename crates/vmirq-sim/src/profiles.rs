@@ -163,14 +163,19 @@ impl Governor {
     }
 
     /// The deepest state whose target residency fits the prediction and whose exit latency
-    /// is below it (menu's `exit_latency * multiplier <= predicted`, with the smallest
-    /// multiplier, 1: no load, no I/O waiters).
+    /// times `multiplier` is below it (menu's `exit_latency * multiplier <= predicted`;
+    /// menu's `performance_multiplier()` is `1 + 10 * nr_iowait_cpu` plus a load term not
+    /// modelled). None passes: the shallowest state (menu would poll, which the model does
+    /// not charge below the measured primitives).
     #[must_use]
-    pub fn select(&self, states: &[CState], next_timer_ns: Nanos) -> usize {
+    pub fn select(&self, states: &[CState], next_timer_ns: Nanos, multiplier: u64) -> usize {
         let predicted = self.predict(next_timer_ns);
         states
             .iter()
-            .rposition(|s| s.target_residency_ns <= predicted && s.exit_latency_ns <= predicted)
+            .rposition(|s| {
+                s.target_residency_ns <= predicted
+                    && s.exit_latency_ns.saturating_mul(multiplier) <= predicted
+            })
             .unwrap_or(0)
     }
 }
@@ -195,12 +200,28 @@ mod tests {
             g.record(15_000);
         }
         assert_eq!(g.predict(4_000_000), 15_000);
-        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000)].name, "C1");
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1)].name, "C1");
         for _ in 0..8 {
             g.record(1_000_000);
         }
-        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000)].name, "C6");
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1)].name, "C6");
         assert_eq!(extra_exit_ns(NEHALEM, 3), 197_000);
+    }
+
+    #[test]
+    fn an_io_waiter_keeps_the_cpu_shallow() {
+        // menu: exit_latency * (1 + 10 * nr_iowait) must stay below the prediction.
+        let mut g = Governor::default();
+        for _ in 0..8 {
+            g.record(30_000);
+        }
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1)].name, "C1E");
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 11)].name, "C1");
+        for _ in 0..8 {
+            g.record(1_000_000);
+        }
+        // 20 us x 11 fits 1 ms, 200 us x 11 does not: C3 instead of C6.
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 11)].name, "C3");
     }
 
     #[test]

@@ -121,6 +121,42 @@ fn contended_ticket_locks_are_fifo_and_pmt_is_not() {
 }
 
 #[test]
+fn lazy_tlb_idle_vcpus_leave_the_mm_at_their_first_flush() {
+    // bodytrack blocks at barriers often: its idle vCPUs run the idle task in the mm
+    // lazily, leave mm_cpumask in their first flush handler (Linux 3.x leave_mm) and are
+    // no target of later shootdowns until their thread runs again.
+    let native = "tlb = \"native\"\nlock = \"ticket\"";
+    let lazy = run(&parsec("bodytrack", 20_000, true, native), 1, 1).expect("run");
+    let all = run(
+        &parsec(
+            "bodytrack",
+            20_000,
+            true,
+            &format!("{native}\nlazy_tlb = false"),
+        ),
+        1,
+        1,
+    )
+    .expect("run");
+    assert_sync_invariants(&lazy, "lazy");
+    assert_sync_invariants(&all, "all");
+    // Without lazy mode every shootdown IPIs the 11 other vCPUs.
+    assert_eq!(counter(&all, "tlb_lazy_leave_mm"), 0);
+    assert_eq!(
+        counter(&all, "tlb_ipis"),
+        11 * counter(&all, "tlb_shootdowns")
+    );
+    // With it, idle vCPUs leave and later shootdowns skip them.
+    assert!(counter(&lazy, "tlb_lazy_leave_mm") > 10);
+    assert!(
+        counter(&lazy, "tlb_ipis") < 11 * counter(&lazy, "tlb_shootdowns"),
+        "ipis {} shootdowns {}",
+        counter(&lazy, "tlb_ipis"),
+        counter(&lazy, "tlb_shootdowns")
+    );
+}
+
+#[test]
 fn shootdown_latency_1vm_vs_2vm() {
     let r = run_scenario("shoot4u_tlb", &["workload.work_us=20000"]);
     // 1 VM: tens of microseconds at most; 2 VMs: preempted targets cost host timeslices.

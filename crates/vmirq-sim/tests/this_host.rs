@@ -93,3 +93,47 @@ fn halt_poll_notice_is_charged_on_polled_wakes_only() {
         entry + 321.0 + cost(&sets, "wrmsr_exit_ns")
     );
 }
+
+#[test]
+fn irqfd_inject_is_charged_on_every_irqfd_wake_and_not_on_ipis() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=40000".into());
+    sets.push("warmup_us=4000".into());
+    sets.push("costs.irqfd_inject_ns=1234".into());
+    let refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let r = run_scenario("this_host_wake", &refs);
+    let entry = cost(&sets, "vm_entry_ns") + cost(&sets, "guest_irq_entry_ns");
+    let slept = cost(&sets, "kick_ns") + cost(&sets, "sched_wakeup_ns") + entry;
+    assert_eq!(
+        value(&r, "irqfd-100-poll200", "wakeup_ns.p50"),
+        entry + 1234.0
+    );
+    assert_eq!(value(&r, "irqfd-100-off", "wakeup_ns.p50"), slept + 1234.0);
+    assert_eq!(
+        value(&r, "ipi-100-off", "wakeup_ns.p50"),
+        slept + cost(&sets, "wrmsr_exit_ns")
+    );
+}
+
+#[test]
+fn device_charges_the_measured_doorbell_and_forced_exit_when_set() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=100000".into());
+    sets.push("warmup_us=10000".into());
+    let run = |extra: &[&str], label: &str| {
+        let mut s: Vec<&str> = sets.iter().map(String::as_str).collect();
+        s.extend_from_slice(extra);
+        let r = run_scenario("this_host_device", &s);
+        value(&r, label, "ios_completed")
+    };
+    let zero = ["costs.doorbell_exit_ns=0", "costs.running_irq_exit_ns=0"];
+    for label in ["none", "count"] {
+        // 0 keeps the register-exit charge: the same run, event for event.
+        assert_eq!(run(&zero, label), run(&[], label));
+    }
+    // A dearer doorbell (every submission) or forced exit (every interrupt; under `none`
+    // a busy vCPU merges pending signals, so it shows under `count`) costs the saturated
+    // vCPU throughput.
+    assert!(run(&["costs.doorbell_exit_ns=20000"], "none") < 0.8 * run(&[], "none"));
+    assert!(run(&["costs.running_irq_exit_ns=20000"], "count") < 0.8 * run(&[], "count"));
+}

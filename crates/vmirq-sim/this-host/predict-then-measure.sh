@@ -4,7 +4,7 @@
 # 15.8 us at 03:20, 11.1 us at 06:30) cannot separate them:
 #   (a) wait for a quiet second (>= 90 % idle, at most WAIT_S s), measure the primitives
 #       (measure-primitives.sh, PRIM_ROUNDS rounds);
-#   (b) build the profile from them alone (make-profile.py $PROFILE_FLAGS, default --v4);
+#   (b) build the profile from them alone (make-profile.py $PROFILE_FLAGS, default --v5);
 #   (c) predict `vmirq kvm wake` (irqfd/IPI x polling off/200 us x 20/30/50/100 us) and
 #       `vmirq kvm device` (none, count) with `vmirq sim`, write prediction.md, and
 #       `git commit` OUT_DIR: the prediction is committed before any composite exists;
@@ -24,7 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(git -C "$here" rev-parse --show-toplevel)
 label=${LABEL:-quiet}
 prim_rounds=${PRIM_ROUNDS:-5}
-flags=${PROFILE_FLAGS:---v4}
+flags=${PROFILE_FLAGS:---v5}
 wait_s=${WAIT_S:-300}
 case $vmirq in /*) ;; *) vmirq=$(cd "$(dirname "$vmirq")" && pwd)/$(basename "$vmirq") ;; esac
 mkdir -p "$out"

@@ -22,7 +22,12 @@ def main():
     inputs = prof["inputs_median_min_max"]
     for k, v in prof["costs_ns"].items():
         src = prof["derivation"].get(k, "")
-        inp = inputs.get(k) or (inputs.get("insn") if "insn" in src else None)
+        # The input a cost is derived from, where its name differs from the cost's (v5).
+        alias = {"guest_irq_entry_ns": "irq_entry_ns", "irqfd_inject_ns": "irqfd_write_ns",
+                 "doorbell_exit_ns": "doorbell_user3_ns",
+                 "running_irq_exit_ns": "doorbell_user3_ns"}
+        inp = (inputs.get(k) or inputs.get(alias.get(k, ""))
+               or (inputs.get("insn") if "insn" in src else None))
         print(f"| {k} | {v} | {src} | {inp if inp else ''} |")
     rec = {k: v for k, v in inputs.items() if k not in prof["costs_ns"] and k != "insn"}
     if rec:

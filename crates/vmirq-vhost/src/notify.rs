@@ -127,6 +127,12 @@ impl QueueNotifier {
         self.timer.deadline()
     }
 
+    /// The hold timer's deadline for readers on other threads, without this notifier's
+    /// lock (a hint: see [`crate::timer::DeadlineWatch`]).
+    pub fn deadline_watch(&mut self) -> crate::timer::DeadlineWatch {
+        self.timer.watch()
+    }
+
     /// Completions currently held back by the policy.
     #[must_use]
     pub fn held(&self) -> u32 {

@@ -4,13 +4,22 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use vmirq_policy::Nanos;
+
+/// A timer's deadline as other threads may read it without the timer's lock: `u64::MAX`
+/// when disarmed. A hint only (stores and loads are relaxed): a
+/// reader that finds a deadline due still checks the timer itself under its lock.
+pub type DeadlineWatch = Arc<AtomicU64>;
 
 /// A one-shot timer.
 #[derive(Debug)]
 pub struct HoldTimer {
     fd: File,
     armed_at: Option<Nanos>,
+    /// Mirrors `armed_at` for lock-free readers, once one asked ([`HoldTimer::watch`]).
+    watch: Option<DeadlineWatch>,
 }
 
 impl HoldTimer {
@@ -31,7 +40,28 @@ impl HoldTimer {
         }
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
         let fd = unsafe { File::from_raw_fd(fd) };
-        Ok(Self { fd, armed_at: None })
+        Ok(Self {
+            fd,
+            armed_at: None,
+            watch: None,
+        })
+    }
+
+    /// The timer's deadline as other threads may read it without the timer's lock (the
+    /// same one at every call); `u64::MAX` while disarmed.
+    pub fn watch(&mut self) -> DeadlineWatch {
+        let at = self.armed_at;
+        Arc::clone(
+            self.watch
+                .get_or_insert_with(|| Arc::new(AtomicU64::new(at.unwrap_or(u64::MAX)))),
+        )
+    }
+
+    fn set_armed(&mut self, at: Option<Nanos>) {
+        self.armed_at = at;
+        if let Some(w) = &self.watch {
+            w.store(at.unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
     }
 
     /// Fire at absolute time `deadline` (replaces any earlier setting). Re-arming at the same
@@ -45,7 +75,7 @@ impl HoldTimer {
         }
         // A zero it_value would disarm; the earliest meaningful deadline is 1 ns.
         self.set(deadline.max(1))?;
-        self.armed_at = Some(deadline);
+        self.set_armed(Some(deadline));
         Ok(())
     }
 
@@ -58,7 +88,7 @@ impl HoldTimer {
             return Ok(());
         }
         self.set(0)?;
-        self.armed_at = None;
+        self.set_armed(None);
         Ok(())
     }
 
@@ -69,7 +99,7 @@ impl HoldTimer {
         // SAFETY: reads at most 8 bytes into a live 8-byte buffer; the fd is non-blocking.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n == 8 {
-            self.armed_at = None;
+            self.set_armed(None);
             true
         } else {
             false
@@ -116,5 +146,40 @@ impl HoldTimer {
 impl AsRawFd for HoldTimer {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HoldTimer;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn the_watch_follows_arm_cancel_and_expiry() {
+        let mut t = HoldTimer::new().expect("timerfd");
+        t.arm(1_000).expect("arm");
+        // Asked for after the timer was armed: it starts at the armed deadline.
+        let w = t.watch();
+        assert_eq!(w.load(Ordering::Relaxed), 1_000);
+        t.arm(2_000).expect("re-arm");
+        assert_eq!(w.load(Ordering::Relaxed), 2_000);
+        t.cancel().expect("cancel");
+        assert_eq!(w.load(Ordering::Relaxed), u64::MAX);
+        // A deadline long past: the fd is readable at once, and consuming it disarms.
+        t.arm(1).expect("arm in the past");
+        assert_eq!(w.load(Ordering::Relaxed), 1);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !t.consume() {
+            assert!(
+                std::time::Instant::now() < until,
+                "the expired timer never fired"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(w.load(Ordering::Relaxed), u64::MAX);
+        assert!(
+            std::sync::Arc::ptr_eq(&w, &t.watch()),
+            "one watch per timer"
+        );
     }
 }

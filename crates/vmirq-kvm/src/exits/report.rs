@@ -55,6 +55,21 @@ pub fn table(r: &ExitsReport) -> Table {
             ]);
         }
     }
+    if let Some(w) = &r.irqfd_write {
+        for (name, d, net) in [
+            ("irqfd_write_other_cpu", &w.irqfd_ns, w.msi_ns),
+            ("eventfd_write_other_cpu", &w.plain_ns, w.plain_ns.p50),
+        ] {
+            t.row(vec![
+                name.into(),
+                d.n.to_string(),
+                us(d.p50),
+                us(d.p99),
+                us(net),
+                "-".into(),
+            ]);
+        }
+    }
     for (op, why) in &r.failed {
         t.row(vec![format!("{op:?}"), "failed".into(), why.clone()]);
     }

@@ -50,11 +50,32 @@ pub enum ExitOp {
     /// what a HLT and KVM's halt handling cost beyond an emulated instruction, with no
     /// cross-CPU wake, no poll loop and no sleep.
     HltPending,
+    /// Interrupt delivery at a VM entry, up to the handler's first instruction: a self-IPI
+    /// with interrupts disabled (before the timed span), then, timed, `sti; out` with the
+    /// `out` to the VMM (as [`Self::PioUser`]); KVM injects the pending interrupt when it
+    /// re-enters after that exit, and the span ends at the handler's first `rdtsc` instead of
+    /// the loop's. Minus [`Self::PioUser`] (the same span with the loop's `rdtsc` after the
+    /// `out`): the `sti` plus the delivery (the emulated IDT walk and frame push on a host
+    /// that emulates guest ring 0), the model's `guest_irq_entry_ns` without its `rdtsc`.
+    IrqEntry,
+    /// From guest **ring 3** (native on a host that emulates only ring 0): a 32-bit store to
+    /// an MMIO address with an ioeventfd behind it, as `vmirq kvm device`'s ring-3 driver
+    /// rings its doorbell. The store faults out of the guest, KVM decodes and emulates it and
+    /// signals the eventfd, and resumes ring 3. The loop runs in ring 3 (its `rdtsc`s are
+    /// native), so its raw time is the doorbell's cost: no ring-0 baseline is subtracted.
+    DoorbellUser3,
+    /// From guest ring 3: `cpuid` (leaf 0), handled in the kernel. If it exits (as on a host
+    /// that runs guest ring 3 natively and intercepts `cpuid`), the lightest real exit from
+    /// ring 3 and back: the world switch of a vCPU running guest code, e.g. forced out to
+    /// take an interrupt (the ring-3 driver of `vmirq kvm device`). Raw time, as
+    /// [`Self::DoorbellUser3`]. (An `out` from ring 3 faults on the PVM host even with IOPL
+    /// 3, as `cli`/`sti` do.)
+    CpuidUser3,
 }
 
 impl ExitOp {
     /// Every operation, baseline first.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 13] = [
         Self::Baseline,
         Self::PioUser,
         Self::PioEventfd,
@@ -65,12 +86,21 @@ impl ExitOp {
         Self::IpiSelf,
         Self::IrqPending,
         Self::HltPending,
+        Self::IrqEntry,
+        Self::DoorbellUser3,
+        Self::CpuidUser3,
     ];
 
     /// Whether the loop takes interrupts (x2APIC enabled, a handler for [`WAKE_VECTOR`]).
     #[must_use]
     pub fn interrupts(self) -> bool {
-        matches!(self, Self::IrqPending | Self::HltPending)
+        matches!(self, Self::IrqPending | Self::HltPending | Self::IrqEntry)
+    }
+
+    /// Whether the loop runs in guest ring 3 (its raw time is its cost: no baseline).
+    #[must_use]
+    pub fn ring3(self) -> bool {
+        matches!(self, Self::DoorbellUser3 | Self::CpuidUser3)
     }
 
     /// Whether the loop needs the in-kernel irqchip (and must not have it for `HltUser`).
@@ -112,16 +142,27 @@ fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.a.mov(rbp, layout::MMIO_ADDR)?;
     b.a.mov(r12, u64::from(iterations))?;
     let mut top = b.a.create_label();
+    if op.ring3() {
+        b.a.mov(rbp, layout::DOORBELL_MMIO)?;
+        b.enter_ring3(top)?; // keeps rdi, rbp, r12 (it uses rax only)
+    }
     b.a.set_label(&mut top)?;
+    if op == ExitOp::IrqEntry {
+        self_ipi(b)?; // pending, interrupts off: outside the timed span
+    }
     b.a.rdtsc()?;
     b.a.mov(r8d, eax)?;
     b.a.mov(r9d, edx)?;
     b.a.xor(eax, eax)?;
     b.a.xor(ecx, ecx)?;
     emit_op(b, op)?;
-    b.a.rdtsc()?;
-    b.a.shl(rdx, 32)?;
-    b.a.or(rax, rdx)?;
+    if op == ExitOp::IrqEntry {
+        b.a.mov(rax, qword_ptr(r15 + mailbox::IRQ_TSC))?; // the handler's first rdtsc
+    } else {
+        b.a.rdtsc()?;
+        b.a.shl(rdx, 32)?;
+        b.a.or(rax, rdx)?;
+    }
     b.a.shl(r9, 32)?;
     b.a.or(r8, r9)?;
     b.a.sub(rax, r8)?;
@@ -129,13 +170,26 @@ fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.a.add(rdi, 8)?;
     b.a.dec(r12)?;
     b.a.jnz(top)?;
+    let mut done = b.a.create_label();
+    b.a.set_label(&mut done)?;
     b.out(port::DONE)?;
-    b.a.hlt()?;
+    if op.ring3() {
+        b.a.jmp(done)?; // `hlt` faults in ring 3; the VMM stops at DONE anyway
+    } else {
+        b.a.hlt()?;
+    }
     if op.interrupts() {
         // Count, EOI and return. Clobbers eax, ecx, edx only: the loop reloads them (rdtsc)
         // after the operation, and keeps its own state in r8, r9, rdi, rbp, r12 (r15: the
         // mailbox). The count lets the VMM check that every iteration took its interrupt.
         b.handler(WAKE_VECTOR)?;
+        if op == ExitOp::IrqEntry {
+            // Timestamp first (the end of the timed span), kept in the mailbox.
+            b.a.rdtsc()?;
+            b.a.shl(rdx, 32)?;
+            b.a.or(rax, rdx)?;
+            b.a.mov(qword_ptr(r15 + mailbox::IRQ_TSC), rax)?;
+        }
         b.a.inc(qword_ptr(r15 + mailbox::IRQ_COUNT))?;
         b.a.mov(ecx, msr::X2APIC_EOI)?;
         b.a.xor(eax, eax)?;
@@ -166,6 +220,14 @@ fn emit_op(b: &mut Builder, op: ExitOp) -> AsmResult {
             self_ipi(b)?;
             b.a.sti()?;
             b.a.hlt()?; // in sti's shadow: the HLT runs, finds the interrupt pending
+            b.a.cli()
+        }
+        ExitOp::DoorbellUser3 => b.a.mov(dword_ptr(rbp), eax),
+        ExitOp::CpuidUser3 => b.a.cpuid(),
+        ExitOp::IrqEntry => {
+            // The self-IPI was sent before the span; injected on re-entry after the `out`.
+            b.a.sti()?;
+            b.out(port::PIO_USER)?;
             b.a.cli()
         }
     }

@@ -157,6 +157,8 @@ pub struct Pcpu {
     pub picked: Nanos,
     /// CFS `min_vruntime` of this pCPU's run queue (monotonic).
     pub min_vruntime: Nanos,
+    /// Tasks on this pCPU blocked waiting for block I/O (`nr_iowait_cpu`).
+    pub iowait: u32,
 }
 
 /// Whether the machine is virtualized.
@@ -214,6 +216,9 @@ pub struct Core {
     /// CFS-like wakeup placement and preemption (`host_sched = "cfs"`, the default); false:
     /// every wakeup preempts the running thread at once (the model before 2026-11-25).
     pub host_sched_cfs: bool,
+    /// The governor's multiplier counts I/O waiters (menu's `10 * nr_iowait_cpu`); false:
+    /// multiplier 1 (the model before the sixth session of issue 16).
+    pub governor_iowait: bool,
 }
 
 /// Result alias of the host model.
@@ -247,6 +252,7 @@ impl Core {
             vcpu_reload_ns: 0,
             host_preempt_full: false,
             host_sched_cfs: false,
+            governor_iowait: false,
         }
     }
 
@@ -257,9 +263,14 @@ impl Core {
         if self.idle_states.is_empty() {
             return;
         }
+        let mult = if self.governor_iowait {
+            1 + 10 * u64::from(self.pcpus[p].iowait)
+        } else {
+            1
+        };
         let i = self.pcpus[p]
             .gov
-            .select(self.idle_states, self.next_timer_ns);
+            .select(self.idle_states, self.next_timer_ns, mult);
         self.pcpus[p].gov.idle = Some((now, i));
         // Entries per state index of the profile's table (0 = shallowest).
         self.metrics.count(match i {

@@ -436,7 +436,11 @@ impl Core {
                 if !self.bare() && !self.vcpus[v].guest.posted_interrupts {
                     self.metrics.count("exits_irq");
                     let inject = Work {
-                        ns: self.costs.exit_roundtrip_ns,
+                        ns: if self.costs.running_irq_exit_ns > 0 {
+                            self.costs.running_irq_exit_ns
+                        } else {
+                            self.costs.exit_roundtrip_ns
+                        },
                         cat: Cat::Exit,
                         tag: Tag::Plain,
                     };

@@ -85,6 +85,11 @@ pub struct SyncConfig {
     /// hypervisor's IPIs): a flush for a pCPU that got one less than `gap_us` ago waits and
     /// rides on the next IPI there. 0 = off. Implies one round (like `s4u_batched`).
     pub s4u_ipi_gap_us: u32,
+    /// Lazy TLB mode of a Linux 3.x guest: a vCPU whose thread is blocked or finished (the
+    /// idle task runs in the mm lazily) and that runs a flush IPI handler leaves the mm's
+    /// CPU mask (`flush_tlb_func` -> `leave_mm`), so later shootdowns skip it until its
+    /// thread runs again. `false`: every shootdown targets every other vCPU of the VM.
+    pub lazy_tlb: bool,
     /// Costs.
     pub costs: SyncCosts,
 }
@@ -100,6 +105,7 @@ impl Default for SyncConfig {
             s4u_batched: false,
             tlb_boost: false,
             s4u_ipi_gap_us: 0,
+            lazy_tlb: true,
             costs: SyncCosts::default(),
         }
     }
@@ -192,6 +198,10 @@ pub struct Guest {
     pub(crate) sd: tlb::Shootdowns,
     pub(crate) gap: gap::HostIpiGap,
     last_boosted: usize,
+    /// Per vCPU: its thread is blocked or finished (the idle task runs, lazy TLB mode).
+    idle: Vec<bool>,
+    /// Per vCPU: left the mm's CPU mask (`leave_mm`) while idle; not a shootdown target.
+    left_mm: Vec<bool>,
     /// Threads whose operation (shootdown, lock acquire + critical section) finished.
     pub ready: Vec<VcpuId>,
 }
@@ -220,8 +230,26 @@ impl Guest {
             sd: tlb::Shootdowns::new(n_vcpus),
             gap: gap::HostIpiGap::new(cfg.s4u_ipi_gap_us),
             last_boosted: 0,
+            idle: vec![false; n_vcpus],
+            left_mm: vec![false; n_vcpus],
             ready: Vec::new(),
         }
+    }
+
+    /// The thread of `v` blocked or finished (`true`: the vCPU's guest runs the idle task
+    /// in the mm lazily) or runs again (`false`: `switch_mm` puts it back in the mm's
+    /// CPU mask).
+    pub fn set_thread_idle(&mut self, v: VcpuId, idle: bool) {
+        self.idle[v] = idle;
+        if !idle {
+            self.left_mm[v] = false;
+        }
+    }
+
+    /// Whether `v` is in the mm's CPU mask (a shootdown target).
+    #[must_use]
+    pub fn in_mm(&self, v: VcpuId) -> bool {
+        !self.left_mm[v]
     }
 
     /// The phase of `v`.

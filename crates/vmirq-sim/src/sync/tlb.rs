@@ -64,7 +64,14 @@ impl Guest {
         self.sd.active[v] = true;
         self.sd.start[v] = now;
         self.sd.cursor[v] = 0;
-        let all: Vec<VcpuId> = self.members.iter().copied().filter(|&u| u != v).collect();
+        // `mm_cpumask(mm)` without the initiator: vCPUs that left it in lazy TLB mode are
+        // not targets (Linux 3.x `flush_tlb_mm_range` / `flush_tlb_page`).
+        let all: Vec<VcpuId> = self
+            .members
+            .iter()
+            .copied()
+            .filter(|&u| u != v && self.in_mm(u))
+            .collect();
         match self.cfg.tlb {
             TlbMode::Native => {
                 self.sd.targets[v] = all;
@@ -137,8 +144,13 @@ impl Guest {
         core.vcpus[u].work.push_front(Work::app(ns, tag));
     }
 
-    /// A target finished its handler: ack.
-    pub(super) fn flush_ack(&mut self, core: &mut Core, _u: VcpuId, from: VcpuId) -> Result<()> {
+    /// A target finished its handler: ack. A target in lazy TLB mode (its thread blocked
+    /// or finished) left the mm in the handler (`flush_tlb_func` -> `leave_mm`).
+    pub(super) fn flush_ack(&mut self, core: &mut Core, u: VcpuId, from: VcpuId) -> Result<()> {
+        if self.cfg.lazy_tlb && self.idle[u] && !self.left_mm[u] {
+            self.left_mm[u] = true;
+            core.metrics.count("tlb_lazy_leave_mm");
+        }
         if from >= self.sd.active.len() || !self.sd.active[from] || self.sd.pending[from] == 0 {
             core.metrics.count("tlb_model_errors"); // an ack nobody waits for
             return Ok(());

@@ -233,6 +233,7 @@ impl Parsec {
         let active = self.th.iter().filter(|t| t.state != TState::Done).count();
         if self.waiting.len() + 1 < active {
             self.th[v].state = TState::Barrier(self.generation);
+            self.guest.set_thread_idle(v, true);
             self.waiting.push(v);
             return Ok(());
         }
@@ -246,6 +247,7 @@ impl Parsec {
 
     fn finish(&mut self, core: &mut Core, v: VcpuId) -> Result<()> {
         self.th[v].state = TState::Done;
+        self.guest.set_thread_idle(v, true);
         self.finished += 1;
         if self.finished == self.cfg.threads {
             core.metrics.add("parsec_exec_us", core.now() / 1_000);
@@ -319,6 +321,7 @@ impl Parsec {
                 if let Some(TState::Barrier(g)) = self.th.get(v).map(|t| t.state) {
                     if g < self.generation {
                         self.th[v].state = TState::Running;
+                        self.guest.set_thread_idle(v, false);
                         self.next(core, v)?;
                     }
                 }

@@ -213,11 +213,23 @@ impl SyncWrite {
                 // On bare metal the controller is reached directly; in a VM the host side
                 // has to notice: a sleeping I/O thread wakes, or the polling thread sees it.
                 let d = if bare { 0 } else { self.signal_ns(core, true) };
+                if bare {
+                    // The writer sleeps in io_schedule() until the completion interrupt:
+                    // an I/O waiter on its CPU for the idle governor.
+                    let p = core.vcpus[0].pcpu;
+                    core.pcpus[p].iowait += 1;
+                }
                 core.q.schedule_in(d, Ev::Workload(HOST_START, 0))?;
             }
-            Hook::Irq(0, _) => core.vcpus[0]
-                .work
-                .push_back(Work::app(self.cfg.complete_ns, DONE)),
+            Hook::Irq(0, _) => {
+                if core.bare() {
+                    let p = core.vcpus[0].pcpu;
+                    core.pcpus[p].iowait = core.pcpus[p].iowait.saturating_sub(1);
+                }
+                core.vcpus[0]
+                    .work
+                    .push_back(Work::app(self.cfg.complete_ns, DONE));
+            }
             Hook::App(0, DONE) => {
                 core.metrics
                     .sample("write_latency_ns", core.now() - self.started);

@@ -126,10 +126,13 @@ impl Storage {
                     bytes: self.cfg.bytes,
                     kind: RequestKind::Read,
                 };
-                let kick = Work {
+                let mut kick = Work {
                     tag: Tag::IoSubmit(0, req),
                     ..Self::reg_exit(core)
                 };
+                if core.costs.doorbell_exit_ns > 0 {
+                    kick.ns = core.costs.doorbell_exit_ns; // measured (this-host profiles)
+                }
                 core.vcpus[0].work.push_front(kick);
                 core.metrics.count("exits_io_kick");
             }
