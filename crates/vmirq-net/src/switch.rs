@@ -69,7 +69,7 @@ impl Switch {
     /// Route `frame` (Ethernet, at least [`ETH_HDR_LEN`] bytes) arriving from port `from`;
     /// in learning mode its source address is learned first.
     #[must_use]
-    #[inline]
+    #[inline(always)]
     pub fn route(&self, from: usize, frame: &[u8]) -> Route {
         if frame.len() < ETH_HDR_LEN || from >= self.ports {
             return Route::Drop;

@@ -54,7 +54,7 @@ impl<'s> TxReturn<'s> {
     /// Chain `head` (which carried `bytes` of frame) goes back with length 0 (the device
     /// wrote nothing into it); false when the ring or its notification broke (counted),
     /// which ends the batch.
-    #[inline]
+    #[inline(always)]
     pub(super) fn chain(
         &mut self,
         ctl: &mut TxCtl,
