@@ -103,6 +103,9 @@ struct Exchange {
     stream_s: f64,
     /// Port 1's (guest B's) receive queue on the device side: signals sent per frame.
     dev_rx_signals_per_frame: f64,
+    /// The same queue's notification decisions per frame: signals sent plus those that
+    /// EVENT_IDX refused (the policy said notify, the guest did not want one).
+    dev_rx_decisions_per_frame: f64,
     /// Port 1's receive queue: hold timer expiries (0 without moderation).
     dev_rx_timer_fires: u64,
 }
@@ -223,6 +226,8 @@ fn exchange(test: &str, moderation: &str, datapath: Datapath) -> Option<Exchange
         ping_rtt_ms: rtt,
         stream_s,
         dev_rx_signals_per_frame: b_rx.notifications as f64 / counters[1].rx_frames.max(1) as f64,
+        dev_rx_decisions_per_frame: (b_rx.notifications + b_rx.suppressed) as f64
+            / counters[1].rx_frames.max(1) as f64,
         dev_rx_timer_fires: b_rx.timer_fires,
     })
 }
@@ -241,7 +246,8 @@ fn two_linux_guests_exchange_frames_and_count_moderates_their_interrupts() {
         std::io::stderr(),
         "guest B's card, interrupts per received packet over the stream: none {:.4} ({} pkts, \
          {:.1} s), {policy} {:.4} ({} pkts, {:.1} s); device-side signals per frame on B's \
-         receive queue: none {:.4}, {policy} {:.4} ({} hold timer fires); guest A's card over \
+         receive queue: none {:.4}, {policy} {:.4} (notification decisions none {:.4}, {policy} \
+         {:.4}; {} hold timer fires); guest A's card over \
          30 pings: none {:.3} interrupts per packet (rtt {:.2} ms), {policy} {:.3} (rtt {:.2} ms)",
         none.stream_irq_per_pkt,
         none.stream_pkts,
@@ -251,6 +257,8 @@ fn two_linux_guests_exchange_frames_and_count_moderates_their_interrupts() {
         count.stream_s,
         none.dev_rx_signals_per_frame,
         count.dev_rx_signals_per_frame,
+        none.dev_rx_decisions_per_frame,
+        count.dev_rx_decisions_per_frame,
         count.dev_rx_timer_fires,
         none.ping_irq_per_pkt,
         none.ping_rtt_ms,
@@ -261,11 +269,16 @@ fn two_linux_guests_exchange_frames_and_count_moderates_their_interrupts() {
     // stream's receive interrupts wait for the hold timer or 64 frames.
     assert_eq!(none.dev_rx_timer_fires, 0, "{none:?}");
     assert!(count.dev_rx_timer_fires > 0, "{count:?}");
-    // What serve-net signals to guest B's receive queue per frame, in the same test run:
-    // fewer under `count` (the device's side of moderation, which the policy decides).
+    // How often serve-net decided to notify guest B's receive queue per frame, in the same
+    // test run: less often under `count` (the device's side of moderation, which the policy
+    // decides: one decision per hold of up to 64 frames or 2 ms, against one per delivered
+    // batch unmoderated). The signals actually sent are not compared: EVENT_IDX lets the
+    // guest refuse them, and a TCG guest starved by a loaded host stays in NAPI polling and
+    // refuses nearly all (unmoderated 0.03 signals per frame against 0.09 under `count` in
+    // two loaded runs, 0.17-0.24 against 0.13 quiet).
     assert!(
-        count.dev_rx_signals_per_frame < none.dev_rx_signals_per_frame,
-        "{policy} did not reduce the signals to guest B: {count:?} vs none {none:?}"
+        count.dev_rx_decisions_per_frame < none.dev_rx_decisions_per_frame,
+        "{policy} did not reduce the notification decisions for guest B: {count:?} vs none {none:?}"
     );
     // The guest's own count of the card's interrupts (receive and transmit completions on one
     // INTx line) per packet over the stream. Unmoderated it varied 0.1-0.8 between runs on a
