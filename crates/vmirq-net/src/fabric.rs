@@ -48,7 +48,7 @@ use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::DescTable;
 use vmirq_vhost::counters::QueueCounters;
-use vmirq_vhost::notify::Completions;
+use vmirq_vhost::notify::{Completions, QueueNotifier};
 use vmirq_vhost::sigbus::{revoked_in, Revocation};
 use vmirq_vhost::timer::DeadlineWatch;
 use vmirq_vhost::LiveRing;
@@ -76,6 +76,22 @@ pub struct Pair {
     pub rx_ctl: Arc<Mutex<RxCtl>>,
     /// The transmit queue's moderation and kick waits (locked after its vring).
     pub tx_ctl: Arc<Mutex<TxCtl>>,
+}
+
+impl Pair {
+    /// Run `f` on the receive queue's moderation and its notification view, locked in
+    /// this module's order (the vring, then the moderation).
+    pub(crate) fn with_rx_moderation<R>(
+        &self,
+        f: impl FnOnce(&mut QueueNotifier, &mut WindowRing<'_>) -> R,
+    ) -> R {
+        let mut rx = self.rx.get_mut();
+        let mut ctl = self.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        let RxCtl {
+            notifier, window, ..
+        } = &mut *ctl;
+        f(notifier, &mut WindowRing::rx(&mut rx, window))
+    }
 }
 
 /// One port's live frontend connection: its vrings, memory and negotiated features.

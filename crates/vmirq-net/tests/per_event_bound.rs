@@ -17,17 +17,16 @@
 
 mod common;
 
-use common::mock_fabric::{offer_tx, Queue};
+use common::mock_fabric::{offer_tx, queue_sized, Queue};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, AtomicU64};
 use std::sync::{Arc, Mutex};
-use vhost_user_backend::{VringRwLock, VringT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 use vmirq_net::fabric::{Attached, Fabric, GuestMem, Pair};
 use vmirq_net::queues::{Policies, RxCtl, TxCtl};
 use vmirq_net::switch::{Switch, SwitchMode};
-use vmirq_vhost::mock_guest::{Layout, MockGuest, REGION0_LEN};
+use vmirq_vhost::mock_guest::REGION0_LEN;
 use vmirq_vhost::sigbus::Revocation;
 
 /// The worker's bound on frames per event (`fabric::per_port::FRAMES_PER_EVENT`).
@@ -38,25 +37,6 @@ const BIG: u16 = 4096;
 const SMALL: u16 = 256;
 /// `VRING_USED_F_NO_NOTIFY`.
 const NO_NOTIFY: u16 = 1;
-
-fn queue(mem: &Arc<GuestMemoryMmap>, atomic: &GuestMem, n: u64, size: u16) -> Queue {
-    let data_start = (1 << 20) + n * (3 << 19);
-    let layout = Layout {
-        ring_base: n * (128 << 10),
-        data_start,
-        data_end: (data_start + (3 << 19)).min(REGION0_LEN),
-    };
-    let guest = MockGuest::on_memory(Arc::clone(mem), size, false, layout);
-    let vring = VringRwLock::new(atomic.clone(), size).expect("vring");
-    vring.set_queue_size(size);
-    let [desc, avail, used] = guest.ring_addresses();
-    vring
-        .set_queue_info(desc, avail, used)
-        .expect("ring addresses");
-    vring.set_queue_ready(true);
-    vring.set_enabled(true);
-    Queue { guest, vring }
-}
 
 /// Whether the device asks its driver not to kick (the used ring's flags).
 fn kicks_off(mem: &GuestMemoryMmap, q: &Queue) -> bool {
@@ -109,7 +89,7 @@ impl Port0 {
         let queues: Vec<Queue> = [SMALL, BIG, SMALL, SMALL]
             .iter()
             .enumerate()
-            .map(|(n, &size)| queue(&mem, &atomic, n as u64, size))
+            .map(|(n, &size)| queue_sized(&mem, &atomic, n as u64, size, 128 << 10))
             .collect();
         let tx_ctls: Vec<Arc<Mutex<TxCtl>>> = (0..2)
             .map(|q| {

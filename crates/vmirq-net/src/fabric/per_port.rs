@@ -270,17 +270,13 @@ impl Fabric {
             }
             // The memory is loaded only for a due pair (a kick wait calls this per spin).
             let mem = me.mem.memory();
-            let mut rx = pair.rx.get_mut();
-            let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-            let RxCtl {
-                notifier, window, ..
-            } = &mut *ctl;
-            if notifier.deadline().is_some_and(|d| now >= d) {
-                let mut ring = WindowRing::rx(&mut rx, window);
-                if let Err(e) = notifier.fire_due(now, &mut ring, &mem) {
-                    tracing::warn!(port = p, error = %e, "receive notification failed");
+            pair.with_rx_moderation(|notifier, ring| {
+                if notifier.deadline().is_some_and(|d| now >= d) {
+                    if let Err(e) = notifier.fire_due(now, ring, &mem) {
+                        tracing::warn!(port = p, error = %e, "receive notification failed");
+                    }
                 }
-            }
+            });
         }
     }
 
@@ -292,18 +288,14 @@ impl Fabric {
         let Some(pair) = me.pairs.get(q) else {
             return;
         };
-        let mut rx = pair.rx.get_mut();
         let mem = me.mem.memory();
-        let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        let RxCtl {
-            notifier, window, ..
-        } = &mut *ctl;
-        if notifier.take_expiry() {
-            let mut ring = WindowRing::rx(&mut rx, window);
-            if let Err(e) = notifier.on_timer(&mut ring, &mem) {
-                tracing::warn!(port = p, error = %e, "receive notification failed");
+        pair.with_rx_moderation(|notifier, ring| {
+            if notifier.take_expiry() {
+                if let Err(e) = notifier.on_timer(ring, &mem) {
+                    tracing::warn!(port = p, error = %e, "receive notification failed");
+                }
             }
-        }
+        });
     }
 
     /// Port `p`'s transmit hold timer of queue pair `q` fired (held completions, or a

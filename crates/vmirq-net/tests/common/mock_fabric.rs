@@ -27,15 +27,27 @@ pub struct Queue {
 
 /// Queue `n` of the shared memory: rings at `n * 64 KiB`, data in its own 1.5 MiB slice.
 pub fn queue(mem: &Arc<GuestMemoryMmap>, atomic: &GuestMem, n: u64) -> Queue {
+    queue_sized(mem, atomic, n, QSIZE, 64 << 10)
+}
+
+/// Queue `n` with `size` entries: rings at `n * ring_stride` (room for the rings of the
+/// largest queue), data in its own 1.5 MiB slice.
+pub fn queue_sized(
+    mem: &Arc<GuestMemoryMmap>,
+    atomic: &GuestMem,
+    n: u64,
+    size: u16,
+    ring_stride: u64,
+) -> Queue {
     let data_start = (1 << 20) + n * (3 << 19);
     let layout = Layout {
-        ring_base: n * (64 << 10),
+        ring_base: n * ring_stride,
         data_start,
         data_end: (data_start + (3 << 19)).min(REGION0_LEN),
     };
-    let guest = MockGuest::on_memory(Arc::clone(mem), QSIZE, false, layout);
-    let vring = VringRwLock::new(atomic.clone(), QSIZE).expect("vring");
-    vring.set_queue_size(QSIZE);
+    let guest = MockGuest::on_memory(Arc::clone(mem), size, false, layout);
+    let vring = VringRwLock::new(atomic.clone(), size).expect("vring");
+    vring.set_queue_size(size);
     let [desc, avail, used] = guest.ring_addresses();
     vring
         .set_queue_info(desc, avail, used)
