@@ -300,7 +300,7 @@ impl VhostUserBackend for NetBackend {
             return Ok(());
         }
         match self.events.decode(u64::from(device_event)) {
-            Event::RxKick(_) => self.fabric.on_rx_kick(self.port),
+            Event::RxKick(q) => self.fabric.on_rx_kick(self.port, q),
             Event::TxKick(q) => self.fabric.on_tx_kick(self.port, q),
             Event::Ctrl => {
                 if let Some(vring) = vrings.get(crate::virtio::ctrl_queue(self.config.max_pairs)) {

@@ -13,6 +13,10 @@
 //! sleeps until a port's worker forwards a kick, a blocked destination's refill, or a
 //! resume of a transmit queue's moderation ([`Pmd::wake`]).
 //!
+//! Receive queues: a driver without EVENT_IDX (DPDK's virtio PMD) would kick after every
+//! refill; the thread sets VIRTQ_USED_F_NO_NOTIFY on a receive queue no source waits on
+//! and clears it when one starts waiting ([`crate::rx::quiet_refill_kicks`]).
+//!
 //! The per-port vhost-user-backend workers stay: they own each connection's lifetime,
 //! hold timers and control queue, and in this mode only count kicks and wake this thread.
 //! The thread never sleeps inside a pass and never holds a lock across passes.

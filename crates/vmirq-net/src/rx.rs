@@ -20,6 +20,9 @@ use vm_memory::GuestMemoryMmap;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, VolatileMemory};
 use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
+mod refill;
+pub use refill::{arm_refill_kick, quiet_refill_kicks};
+
 /// What happened to a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxOutcome {
@@ -537,37 +540,6 @@ pub fn publish_used(
 const USED_HDR_LEN: usize = 4;
 /// Bytes of one used ring entry (id, len).
 const USED_ELEM_LEN: usize = 8;
-
-/// Ask the driver to kick when it adds receive buffers beyond those available now (the
-/// device waits for room). With EVENT_IDX `avail_event` is set to the current available
-/// index: the queue's own `enable_notification` sets it to `next_avail`, which lies behind
-/// buffers that are available but too few, so the driver's next refill would not kick
-/// (§2.7.10: it kicks only when its new index passes `avail_event`). Without EVENT_IDX the
-/// device never sets VIRTQ_USED_F_NO_NOTIFY on a receive queue, so the driver always kicks.
-/// Returns true when buffers were added while arming (look again instead of waiting).
-///
-/// # Errors
-/// The rings lie outside guest memory.
-pub fn arm_refill_kick<M: GuestMemory>(
-    q: &Queue,
-    mem: &M,
-) -> Result<bool, vm_memory::GuestMemoryError> {
-    if !q.event_idx_enabled() {
-        return Ok(false);
-    }
-    let avail = GuestAddress(q.avail_ring());
-    let used = GuestAddress(q.used_ring());
-    let bad = vm_memory::GuestMemoryError::InvalidGuestAddress(used);
-    let idx_at = avail.checked_add(2).ok_or(bad)?;
-    let event_at = used
-        .checked_add(4 + 8 * u64::from(q.size()))
-        .ok_or(vm_memory::GuestMemoryError::InvalidGuestAddress(used))?;
-    let now: u16 = u16::from_le(mem.load(idx_at, Ordering::Acquire)?);
-    mem.store(now.to_le(), event_at, Ordering::Release)?;
-    fence(Ordering::SeqCst);
-    let again: u16 = u16::from_le(mem.load(idx_at, Ordering::Acquire)?);
-    Ok(again != now)
-}
 
 /// When the driver wants a used-buffer notification for a queue filled by
 /// [`publish_used`] (virtio 1.2 §2.7.7.2, §2.7.10): with EVENT_IDX, when `used_event` lies

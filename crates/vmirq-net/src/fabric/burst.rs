@@ -24,7 +24,9 @@ use crate::counters::PortCounters;
 use crate::queues::{RxCtl, TxCtl, WindowRing};
 use crate::regions::RegionCache;
 use crate::rings::AvailView;
-use crate::rx::{arm_refill_kick, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch};
+use crate::rx::{
+    arm_refill_kick, quiet_refill_kicks, rx_rings, stage, FrameSrc, RxOutcome, RxScratch, UsedBatch,
+};
 use crate::switch::Route;
 use crate::tx::{gather_frame, scan_chain, TxError, COPY_LEN};
 use crate::virtio::HDR_LEN;
@@ -362,6 +364,21 @@ impl Fabric {
         }
         if !b.used.is_empty() && b.used.publish(rx.get_queue_mut(), &mem).is_err() {
             broken = true;
+        }
+        if !end.blocked && !broken {
+            // The source found room: it no longer waits here. With no source waiting, the
+            // driver's refills need not kick (each kick cost the driver an eventfd write and
+            // this port's worker a wakeup). Under the RX vring lock, which every arm holds,
+            // so an arm by another thread lands before (its mark is seen) or after this.
+            let me = 1u64 << src;
+            if slot.blocked.load(Ordering::Acquire) & me != 0 {
+                slot.blocked.fetch_and(!me, Ordering::AcqRel);
+            }
+            if slot.blocked.load(Ordering::Acquire) == 0
+                && quiet_refill_kicks(rx.get_queue(), &*mem).is_err()
+            {
+                broken = true;
+            }
         }
         let RxCtl {
             notifier, window, ..

@@ -18,6 +18,7 @@ use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::CompletionMeta;
 use vmirq_vhost::clock::now_ns;
+use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::poll::{has_work, PollStart};
 use vmirq_vhost::sigbus::revoked_in;
 use vmirq_vhost::LiveRing;
@@ -37,9 +38,12 @@ const FRAMES_PER_EVENT: usize = 4 * TX_BATCH;
 const ROUNDS_PER_EVENT: usize = 64;
 
 impl Fabric {
-    /// Port `p`'s receive queue was kicked (its driver added buffers): service the transmit
-    /// queues waiting for it.
-    pub fn on_rx_kick(&self, p: usize) {
+    /// Port `p`'s receive queue of pair `q` was kicked (its driver added buffers): count it
+    /// and service the transmit queues waiting for it.
+    pub fn on_rx_kick(&self, p: usize, q: usize) {
+        if let Some(c) = self.slots.get(p).and_then(|s| s.rx_queues.get(q)) {
+            QueueCounters::add(&c.kicks, 1);
+        }
         self.wake_blocked(p);
     }
 

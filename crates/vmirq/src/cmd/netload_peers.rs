@@ -129,8 +129,8 @@ impl VmirqPeer {
             ));
             if let Some((rx, tx)) = self.handle.queue_counters(p) {
                 summary.push_str(&format!(
-                    " rx_notifications={} rx_held={} tx_notifications={} tx_kicks={} tx_poll_hits={} tx_poll_misses={}\n",
-                    rx.notifications, rx.held, tx.notifications, tx.kicks, tx.poll_hits, tx.poll_misses
+                    " rx_kicks={} rx_notifications={} rx_held={} tx_notifications={} tx_kicks={} tx_poll_hits={} tx_poll_misses={}\n",
+                    rx.kicks, rx.notifications, rx.held, tx.notifications, tx.kicks, tx.poll_hits, tx.poll_misses
                 ));
             }
         }
