@@ -116,7 +116,7 @@ pub struct Attached {
     /// Every queue pair, pair 0 first (`--queues`; at least one).
     pub pairs: Vec<Pair>,
     /// Queue pairs the driver uses (VQ_PAIRS_SET; 1 until then), when the frontend hands
-    /// the control queue to the device (see [`Attached::pairs_in_use`]).
+    /// the control queue to the device (see `Attached::pairs_in_use`).
     pub active: Arc<AtomicU16>,
     /// The control queue (with several pairs).
     pub ctrl: Option<Vring>,
