@@ -17,17 +17,15 @@
 
 mod common;
 
-use common::mock_fabric::{offer_tx, queue_sized, Queue};
+use common::mock_fabric::{attach_pairs, offer_tx, queue_sized, Queue};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU16, AtomicU64};
 use std::sync::{Arc, Mutex};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
-use vmirq_net::fabric::{Attached, Fabric, GuestMem, Pair};
+use vmirq_net::fabric::{Fabric, GuestMem, Pair};
 use vmirq_net::queues::{Policies, RxCtl, TxCtl};
 use vmirq_net::switch::{Switch, SwitchMode};
 use vmirq_vhost::mock_guest::REGION0_LEN;
-use vmirq_vhost::sigbus::Revocation;
 
 /// The worker's bound on frames per event (`fabric::per_port::FRAMES_PER_EVENT`).
 const FRAMES_PER_EVENT: u16 = 1024;
@@ -108,16 +106,7 @@ impl Port0 {
                 tx_ctl: Arc::clone(&tx_ctls[q]),
             })
             .collect();
-        let attached = Attached::new(
-            pairs,
-            atomic.clone(),
-            Arc::new(AtomicU64::new(0)),
-            Arc::new(AtomicU16::new(2)),
-            Arc::new(Revocation::new()),
-            None,
-        )
-        .expect("two pairs");
-        fabric.attach(0, attached);
+        attach_pairs(&fabric, 0, pairs, &atomic);
         Self {
             fabric,
             mem,

@@ -75,15 +75,21 @@ pub fn attach(fabric: &Fabric, p: usize, port: &Port, atomic: &GuestMem, policie
             TxCtl::new(policies, slot.tx_queues[0].clone()).expect("tx ctl"),
         )),
     };
+    attach_pairs(fabric, p, vec![pair], atomic);
+}
+
+/// Attach port `p` with `pairs` in use, no control queue, no features negotiated.
+pub fn attach_pairs(fabric: &Fabric, p: usize, pairs: Vec<Pair>, atomic: &GuestMem) {
+    let active = u16::try_from(pairs.len()).expect("pairs");
     let attached = Attached::new(
-        vec![pair],
+        pairs,
         atomic.clone(),
         Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU16::new(1)),
+        Arc::new(AtomicU16::new(active)),
         Arc::new(Revocation::new()),
         None,
     )
-    .expect("one pair");
+    .expect("pairs");
     fabric.attach(p, attached);
 }
 
