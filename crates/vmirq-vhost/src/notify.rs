@@ -376,6 +376,11 @@ impl QueueNotifier {
 
     /// While the worker polls it is not in epoll: deliver a due hold timer here.
     ///
+    /// A pending resume ([`Self::resume_later`]) owns the timer: it is left to the event
+    /// loop, whose [`Self::on_timer`] clears the resume and gives the policy its timer
+    /// event. Consumed here, the resume would stay marked and the queue would never come
+    /// back through the event loop.
+    ///
     /// # Errors
     /// When the rings, the timer or the call eventfd cannot be accessed.
     pub fn fire_due(
@@ -384,6 +389,9 @@ impl QueueNotifier {
         ring: &mut dyn Ring,
         mem: &GuestMemoryMmap,
     ) -> Result<()> {
+        if self.resume {
+            return Ok(());
+        }
         match self.timer.deadline() {
             Some(deadline) if now >= deadline => {
                 let _ = self.timer.consume();

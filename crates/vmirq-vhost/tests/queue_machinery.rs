@@ -115,6 +115,21 @@ fn verify_spec_2_7_7_2_event_idx_signals_only_when_the_used_index_passes_used_ev
 }
 
 #[test]
+fn a_pending_resume_keeps_its_timer_from_fire_due() {
+    let (mut n, c) = notifier("none");
+    let mut g = MockGuest::new(16, false);
+    n.resume_later().expect("arm the resume");
+    let at = n.deadline().expect("the resume armed the timer");
+    n.fire_due(at + 1_000_000, &mut g.ring, &g.mem)
+        .expect("due");
+    assert!(n.resuming(), "fire_due consumed a pending resume");
+    assert_eq!(n.deadline(), Some(at));
+    assert_eq!(snap(&c).timer_fires, 0);
+    assert!(n.on_timer(&mut g.ring, &g.mem).expect("timer"));
+    assert!(!n.resuming());
+}
+
+#[test]
 fn a_held_completion_goes_out_when_its_timer_is_due_and_not_before() {
     let (mut n, c) = notifier("count:usecs=200,frames=4");
     let mut g = MockGuest::new(16, false);

@@ -220,8 +220,9 @@ impl Fabric {
         ctl: &mut TxCtl,
         mem: &GuestMemoryMmap,
     ) {
-        // A pending resume's timer is left to epoll (`on_tx_timer` resumes the drain).
-        let tx_at = ctl.notifier.deadline().filter(|_| !ctl.notifier.resuming());
+        // A pending resume's timer is left to epoll by `fire_due` (`on_tx_timer` resumes
+        // the drain).
+        let tx_at = ctl.notifier.deadline();
         let rx_at = me.rx_deadline();
         if tx_at.is_none() && rx_at == u64::MAX {
             return;
