@@ -78,6 +78,19 @@ pub struct Costs {
     /// where `vmirq kvm device`'s driver runs, while their `exit_roundtrip_ns` is one
     /// emulated ring-0 instruction.
     pub running_irq_exit_ns: Nanos,
+    /// Extra wake latency of a host pCPU that idled long enough for its idle governor to
+    /// pick a deeper state than after a short idle: with a measured deep state, the host
+    /// idles in two states ([`crate::profiles::measured_states`]) and the menu-like
+    /// governor picks one. 0 in the era profiles (their idle states come from a named
+    /// profile's intel_idle table). `this-host` profiles (v6 on) measure it: a plain
+    /// thread's eventfd wake from the other CPU after idling 50 and 100 µs minus after
+    /// 20 and 30 µs (`primitives wake`); on this nested host the L1 kernel's idle path
+    /// and the outer hypervisor's handling of an idle vCPU both depend on the idle length.
+    pub host_idle_deep_exit_ns: Nanos,
+    /// Idle time the governor must predict before it picks the measured deep state (its
+    /// target residency): the middle of the gap between the longest short-idle gap and
+    /// the shortest long-idle gap of the same primitive. 0 with no deep state.
+    pub host_idle_deep_residency_ns: Nanos,
     /// Host context switch between two runnable threads on a busy pCPU. Assumption: about
     /// half the scheduler wakeup cost (no idle exit, no IPI).
     pub context_switch_ns: Nanos,
@@ -121,6 +134,8 @@ impl Default for Costs {
             irqfd_inject_ns: 0,
             doorbell_exit_ns: 0,
             running_irq_exit_ns: 0,
+            host_idle_deep_exit_ns: 0,
+            host_idle_deep_residency_ns: 0,
             context_switch_ns: snb_cycles(4_250),
             timeslice_ns: 3_000_000,
             host_irq_ns: snb_cycles(1_400),
@@ -154,7 +169,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 21] = [
+pub const FIELDS: [&str; 23] = [
     "wrmsr_exit_ns",
     "exit_roundtrip_ns",
     "kick_ns",
@@ -169,6 +184,8 @@ pub const FIELDS: [&str; 21] = [
     "irqfd_inject_ns",
     "doorbell_exit_ns",
     "running_irq_exit_ns",
+    "host_idle_deep_exit_ns",
+    "host_idle_deep_residency_ns",
     "context_switch_ns",
     "timeslice_ns",
     "min_granularity_ns",

@@ -195,7 +195,7 @@ impl ModelConfig {
                     names.join(", ")
                 ))
             })?;
-            core.idle_states = p.cstates;
+            core.idle_states = p.cstates.into();
             core.next_timer_ns = p.next_timer_ns;
             let era = crate::era::era(name);
             core.exit_refill_ns = era.exit_refill_ns;

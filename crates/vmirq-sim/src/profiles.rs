@@ -105,6 +105,31 @@ pub const PROFILES: &[Profile] = &[
     },
 ];
 
+/// The idle states a `this-host` costs file measured: none if
+/// [`crate::costs::Costs::host_idle_deep_exit_ns`] is 0 (every era profile), else a
+/// shallow state (exit latency 0 beyond the measured primitives, which are taken after
+/// short idles) and a deep one that a wake pays `host_idle_deep_exit_ns` more to leave,
+/// chosen by the governor when it predicts at least `host_idle_deep_residency_ns` of idle.
+/// A named profile's table replaces them.
+#[must_use]
+pub fn measured_states(costs: &crate::costs::Costs) -> Vec<CState> {
+    if costs.host_idle_deep_exit_ns == 0 {
+        return Vec::new();
+    }
+    vec![
+        CState {
+            name: "measured-shallow",
+            exit_latency_ns: 0,
+            target_residency_ns: 0,
+        },
+        CState {
+            name: "measured-deep",
+            exit_latency_ns: costs.host_idle_deep_exit_ns,
+            target_residency_ns: costs.host_idle_deep_residency_ns,
+        },
+    ]
+}
+
 /// The profile named `name`.
 #[must_use]
 pub fn profile(name: &str) -> Option<&'static Profile> {

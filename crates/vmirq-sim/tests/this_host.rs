@@ -137,3 +137,69 @@ fn device_charges_the_measured_doorbell_and_forced_exit_when_set() {
     assert!(run(&["costs.doorbell_exit_ns=20000"], "none") < 0.8 * run(&[], "none"));
     assert!(run(&["costs.running_irq_exit_ns=20000"], "count") < 0.8 * run(&[], "count"));
 }
+
+#[test]
+fn a_measured_deep_idle_state_is_paid_after_long_idles_only() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=40000".into());
+    sets.push("warmup_us=4000".into());
+    let refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let base = run_scenario("this_host_wake_v3", &refs);
+    sets.push("costs.host_idle_deep_exit_ns=2500".into());
+    sets.push("costs.host_idle_deep_residency_ns=40000".into());
+    let refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let deep = run_scenario("this_host_wake_v3", &refs);
+    // The governor predicts each idle from the last ones (all about the interval): 20 and
+    // 30 us gaps stay shallow, 50 and 100 us gaps pay the deep state's exit on every wake.
+    for gap in [20, 30] {
+        let l = format!("irqfd-{gap}-off");
+        assert_eq!(
+            value(&deep, &l, "wakeup_ns.p50"),
+            value(&base, &l, "wakeup_ns.p50")
+        );
+    }
+    for gap in [50, 100] {
+        for path in ["irqfd", "ipi"] {
+            let l = format!("{path}-{gap}-off");
+            assert_eq!(
+                value(&deep, &l, "wakeup_ns.p50"),
+                value(&base, &l, "wakeup_ns.p50") + 2500.0
+            );
+        }
+    }
+    // A polled wake never idled the pCPU.
+    assert_eq!(
+        value(&deep, "irqfd-100-poll200", "wakeup_ns.p50"),
+        value(&base, "irqfd-100-poll200", "wakeup_ns.p50")
+    );
+}
+
+#[test]
+fn a_masking_handler_holds_and_merges_device_interrupts_and_a_polling_device_skips_the_doorbell() {
+    let mut sets = profile_sets();
+    sets.push("duration_us=100000".into());
+    sets.push("warmup_us=10000".into());
+    sets.push("workload.isr_ns=20000".into());
+    let run = |extra: &[&str]| {
+        let mut s: Vec<&str> = sets.iter().map(String::as_str).collect();
+        s.extend_from_slice(extra);
+        run_scenario("this_host_device", &s)
+    };
+    let nest = run(&[]);
+    let mask = run(&["workload.isr_masks_irqs=true"]);
+    // Off: nothing is held (the published checks' behaviour). On: interrupts arriving in a
+    // delivery or handler wait for its return, and no handler runs inside another.
+    assert!(!nest.runs["none"]
+        .values
+        .contains_key("irqs_held_in_handler"));
+    assert!(value(&mask, "none", "irqs_held_in_handler") > 0.0);
+    // A polling device starts serving at the publication, so the doorbell's exit is no
+    // longer in any request's latency.
+    let poll = run(&["workload.device_polls_ring=true"]);
+    assert!(
+        value(&poll, "none", "io_latency_ns.p50") < value(&nest, "none", "io_latency_ns.p50"),
+        "polling device: {} vs {}",
+        value(&poll, "none", "io_latency_ns.p50"),
+        value(&nest, "none", "io_latency_ns.p50")
+    );
+}

@@ -1,6 +1,30 @@
 #!/usr/bin/env python3
 """Build the vmirq-sim `this-host` costs (format vmirq-sim-costs-v1) from primitive
-measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] MEASURE_DIR > profile.json
+measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] MEASURE_DIR > profile.json
+
+--v6 (profile v6, seventh session, helper `simdev`): v5 plus two primitives, each measured
+without the composites:
+  running_irq_exit_ns = exits forced_irq.to_handler_ns p50 - guest_irq_entry_ns: vCPU 0 spins
+      in guest ring 3 (native) reading the TSC; a writer on CPU 1 writes the irqfd; the
+      handler's first `rdtsc` minus the spinner's last `rdtsc` before it is the time the
+      running guest stops making progress until its handler starts: the forced exit, KVM's
+      injection at the re-entry and the delivery. The delivery is already charged as
+      guest_irq_entry_ns (v5's irq_entry primitive), so the exit is the rest. v5 charged
+      the ring-3 doorbell (an MMIO store, its decode and an ioeventfd) as an upper bound.
+      Also recorded: forced_irq.return_ns (the handler's `iretq` back to ring 3: the model
+      counts it in the handler's 26 emulated instructions) and lost_ns.
+  host_idle_deep_exit_ns / host_idle_deep_residency_ns: probe `wake` 1->0 after idling 20,
+      30, 50 and 100 us (p50, median over rounds per gap). The gaps split into short and long
+      at the place where the mean wake of the long ones minus that of the short ones is
+      largest; that difference is the deep state's extra exit latency (0 if under 300 ns:
+      no step), the middle between the two gaps at the split its target residency. The
+      governor (menu-like, the model's existing mechanism) picks the state per idle.
+      sched_wakeup_ns is then the short-idle wake: mean wake p50 over the short gaps minus
+      the write() p50 at 100 us (the kick's measurement), plus vcpu_block_ns as in v5.
+      Recorded only: `pollnotice` after the same gaps (a polled thread; no model mechanism
+      makes the poll's notice depend on the gap) and `timerfd` after 20/30/50/100 us.
+  The device model's handler masks interrupts (predict-then-measure.sh sets
+  `workload.isr_masks_irqs=true` with --v6): not a cost, a model fix; see README.
 
 --v5 (profile v5, sixth session, helper `simwake`): v4 plus four primitives, each one
 mechanism measured without the composites, that v1-v4 charged from an instruction count or
@@ -101,11 +125,12 @@ def main():
     args = sys.argv[1:]
     reentry = "--reentry" in args
     halt = "--halt" in args
-    v5 = "--v5" in args
+    v6 = "--v6" in args
+    v5 = "--v5" in args or v6
     v4 = "--v4" in args or v5
     if v4 and (reentry or halt):
         sys.exit("--v4/--v5 are v1's mapping plus primitives: no --reentry or --halt with them")
-    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5")][0]
+    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6")][0]
     rows = [json.loads(l) for l in open(os.path.join(d, "primitives.jsonl")) if l.strip()]
     exits = {}
     for p in sorted(glob.glob(os.path.join(d, "exits-*.json"))):
@@ -134,7 +159,13 @@ def main():
                            "irq_entry_ns", "irqfd_write_ns", "eventfd_write_ns",
                            "vcpu_block_ns", "timer_slept_minus_polled_ns",
                            "timerfd_minus_timerspin_ns", "timer_polled_share_pct",
-                           "doorbell_user3_ns", "cpuid_user3_ns"]}
+                           "doorbell_user3_ns", "cpuid_user3_ns",
+                           "forced_to_handler_ns", "forced_return_ns", "forced_lost_ns",
+                           "forced_handler_ns", "forced_arrival_ns"]}
+    gaps = [20, 30, 50, 100]
+    for g in gaps:
+        for m in ("wake", "pollnotice", "timerfd"):
+            per[f"{m}_{g}_ns"] = []
     for r in rounds:
         w = probe(r, "wake", 100)
         per["insn"].append(round(op(r, "baseline")["raw_ns"]["p50"] / 6))
@@ -174,6 +205,23 @@ def main():
                 per["timer_polled_share_pct"].append(round(t["polled_share_pct"]))
             per["doorbell_user3_ns"].append(op(r, "doorbell_user3")["net_p50_ns"])
             per["cpuid_user3_ns"].append(op(r, "cpuid_user3")["net_p50_ns"])
+        if v6:
+            f = exits[r].get("forced_irq")
+            if f:
+                per["forced_to_handler_ns"].append(f["to_handler_ns"]["p50"])
+                per["forced_return_ns"].append(f["return_ns"]["p50"])
+                per["forced_lost_ns"].append(f["lost_ns"]["p50"])
+                per["forced_handler_ns"].append(f["handler_ns"]["p50"])
+                per["forced_arrival_ns"].append(f["arrival_ns"]["p50"])
+            else:
+                print(f"round {r}: exits has no forced_irq result: left out", file=sys.stderr)
+            for g in gaps:
+                for m, frm, to in (("wake", 1, 0), ("pollnotice", 1, 0), ("timerfd", 0, 0)):
+                    for x in rows:
+                        if (x["round"] == r and x["mode"] == m and x["interval_us"] == g
+                                and x["from"] == frm and x["to"] == to):
+                            per[f"{m}_{g}_ns"].append(x["wake_ns"][0])
+                            break
         if reentry:
             per["reentry_penalty_ns"].append(exits[r]["reentry"]["penalty_ns"])
         if halt:
@@ -205,6 +253,25 @@ def main():
         costs["sched_wakeup_ns"] = s["sched_wakeup_ns"][0] + s["vcpu_block_ns"][0]
         costs["doorbell_exit_ns"] = s["doorbell_user3_ns"][0]
         costs["running_irq_exit_ns"] = s["doorbell_user3_ns"][0]
+    if v6:
+        w = {g: s[f"wake_{g}_ns"][0] for g in gaps}  # KeyError: a gap no round measured
+        best = None
+        for k in range(1, len(gaps)):
+            short, long_ = gaps[:k], gaps[k:]
+            step = (sum(w[g] for g in long_) / len(long_)) - (sum(w[g] for g in short) / len(short))
+            if best is None or step > best[0]:
+                best = (step, k)
+        step, k = best
+        short = gaps[:k]
+        w_short = sum(w[g] for g in short) / len(short)
+        deep = round(step) if step >= 300 else 0
+        s["idle_split"] = [k, gaps[k - 1], gaps[k]]
+        costs["host_idle_deep_exit_ns"] = deep
+        costs["host_idle_deep_residency_ns"] = (gaps[k - 1] + gaps[k]) * 500 if deep else 0
+        costs["sched_wakeup_ns"] = (max(0, round(w_short) - s["kick_ns"][0])
+                                    + s["vcpu_block_ns"][0])
+        costs["running_irq_exit_ns"] = max(0, s["forced_to_handler_ns"][0]
+                                           - costs["guest_irq_entry_ns"])
     dates = sorted(x["date"] for x in rows if x["round"] in rounds)
     loads = sorted((x["loadavg"] for x in rows if x["round"] in rounds), key=lambda s: float(s.split()[0]))
     out = {
@@ -235,6 +302,15 @@ def main():
                 "doorbell_exit_ns": "exits doorbell_user3 p50 (ring-3 MMIO store to an ioeventfd)",
                 "running_irq_exit_ns": "exits doorbell_user3 p50 (the one real ring-3 exit measured; an upper bound)"}
                if v5 else {}),
+            **({"running_irq_exit_ns": "exits forced_irq.to_handler_ns p50 - guest_irq_entry_ns "
+                                       "(spinning ring-3 vCPU, irqfd from CPU 1: last spinner rdtsc "
+                                       "to the handler's first rdtsc, minus the delivery)",
+                "sched_wakeup_ns": "mean over the short gaps of probe wake 1->0 p50 - write() p50 @100us"
+                                   " + vcpu_block_ns (as v5)",
+                "host_idle_deep_exit_ns": "probe wake 1->0 p50: mean over the long gaps - mean over "
+                                          "the short gaps (split where that is largest; 0 under 300 ns)",
+                "host_idle_deep_residency_ns": "middle of the two gaps at the split"}
+               if v6 else {}),
             "not used": "exits hlt_wakeup_sleeping/hlt_wakeup_polling (composites to predict), "
                         "irq_inject (running vCPU), pio/mmio/hlt to user (no such path in "
                         "the scenarios); probes wake @30us, timerfd and signal are recorded only"

@@ -5,7 +5,8 @@
 # threads; `vmirq kvm` pins its vCPU and sender threads), runs:
 #   primitives wake 1->0 at 100 and 30 us, notice and pollnotice 1->0, timerfd on CPU 0
 #   (100 us, and 20 us with timerspin, the non-sleeping reference: the count of `vmirq kvm
-#   exits`' LAPIC-timer loops), signal on CPU 1 (this directory's primitives.c), and `vmirq kvm exits --json` (exit
+#   exits`' LAPIC-timer loops), signal on CPU 1; since v6 also wake and pollnotice 1->0 after
+#   20, 30 and 50 us and timerfd at 30 and 50 us (the idle-length dependence) (this directory's primitives.c), and `vmirq kvm exits --json` (exit
 #   costs; its hlt_wakeup_* and irq_inject* wake cells are recorded in the file but are
 #   never profile inputs, see make-profile.py).
 # Appends to OUT_DIR/primitives.jsonl and writes OUT_DIR/exits-ROUND.json; then
@@ -23,7 +24,8 @@ for r in $(seq 1 "$rounds"); do
     set -euo pipefail
     r=$1 out=$2 bin=$3 vmirq=$4
     tag() { sed "s/^{/{\"round\":$r,\"date\":\"$(date -u +%FT%TZ)\",\"loadavg\":\"$(cut -d" " -f1-3 /proc/loadavg)\",/"; }
-    for spec in "wake 1 0 100" "wake 1 0 30" "notice 1 0 100" "pollnotice 1 0 100" "timerfd 0 0 100" "timerfd 0 0 20" "timerspin 0 0 20" "signal 1 1 100"; do
+    for spec in "wake 1 0 100" "wake 1 0 30" "notice 1 0 100" "pollnotice 1 0 100" "timerfd 0 0 100" "timerfd 0 0 20" "timerspin 0 0 20" "signal 1 1 100" \
+        "wake 1 0 20" "wake 1 0 50" "pollnotice 1 0 20" "pollnotice 1 0 30" "pollnotice 1 0 50" "timerfd 0 0 30" "timerfd 0 0 50"; do
       nice -n -10 "$bin" $spec 2000 | tag >> "$out/primitives.jsonl"
     done
     nice -n -10 "$vmirq" kvm exits --json > "$out/exits-$r.json"

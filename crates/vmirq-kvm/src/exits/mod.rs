@@ -1,11 +1,13 @@
 //! `vmirq kvm exits`: per-exit costs measured by guest loops ([`crate::guest::exits`]), plus
 //! the wake costs from short wake cells, summarised as a [`CostsFile`].
 
+pub mod forced;
 pub mod irqfd;
 pub mod reentry;
 mod report;
 pub mod timer;
 
+pub use forced::ForcedIrq;
 pub use irqfd::IrqfdWrite;
 pub use reentry::Reentry;
 pub use report::{html, table};
@@ -72,6 +74,9 @@ pub struct ExitsReport {
     /// An irqfd `write()` into a vCPU outside guest mode, from the other CPU (see
     /// [`IrqfdWrite`]); `None` if it failed here (the reason is logged).
     pub irqfd_write: Option<IrqfdWrite>,
+    /// An irqfd interrupt forced into a vCPU running guest ring-3 code (see [`ForcedIrq`]);
+    /// `None` if it failed here (the reason is logged).
+    pub forced_irq: Option<ForcedIrq>,
     /// The costs file content.
     pub costs: CostsFile,
 }
@@ -190,6 +195,9 @@ pub fn measure_all(
     let irqfd_write = irqfd::measure(iterations, clock)
         .map_err(|e| tracing::warn!(%e, "irqfd write loop failed"))
         .ok();
+    let forced_irq = forced::measure(iterations, clock)
+        .map_err(|e| tracing::warn!(%e, "forced interrupt loop failed"))
+        .ok();
     let costs = costs_of(&ops, &wake_cells);
     Ok(ExitsReport {
         tsc_ghz: clock.ghz,
@@ -201,6 +209,7 @@ pub fn measure_all(
         reentry,
         timer,
         irqfd_write,
+        forced_irq,
         costs: CostsFile::new(source, costs),
     })
 }

@@ -70,6 +70,24 @@ pub fn table(r: &ExitsReport) -> Table {
             ]);
         }
     }
+    if let Some(f) = &r.forced_irq {
+        for (name, d) in [
+            ("forced_irq_to_handler", &f.to_handler_ns),
+            ("forced_irq_handler", &f.handler_ns),
+            ("forced_irq_return", &f.return_ns),
+            ("forced_irq_lost", &f.lost_ns),
+            ("forced_irq_arrival", &f.arrival_ns),
+        ] {
+            t.row(vec![
+                name.into(),
+                d.n.to_string(),
+                us(d.p50),
+                us(d.p99),
+                "-".into(),
+                "-".into(),
+            ]);
+        }
+    }
     for (op, why) in &r.failed {
         t.row(vec![format!("{op:?}"), "failed".into(), why.clone()]);
     }

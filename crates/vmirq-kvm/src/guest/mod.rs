@@ -7,6 +7,7 @@
 
 pub mod device;
 pub mod exits;
+pub mod forced;
 pub mod ipi;
 pub mod timer;
 pub mod wake;

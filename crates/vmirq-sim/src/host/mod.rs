@@ -198,7 +198,9 @@ pub struct Core {
     /// to accidental gang scheduling of the VMs.
     pub stagger_slices: bool,
     /// Host idle states and governor bound of the profile (none: idle costs nothing extra).
-    pub idle_states: &'static [crate::profiles::CState],
+    /// A profile's table, or the two states a `this-host` costs file measured
+    /// (`Costs::host_idle_deep_exit_ns`).
+    pub idle_states: std::borrow::Cow<'static, [crate::profiles::CState]>,
     /// The governor's prediction cap (the host's next timer event).
     pub next_timer_ns: Nanos,
     /// Indirect exit cost (`crate::era`): guest time to refill the workload's working set
@@ -245,7 +247,7 @@ impl Core {
             metrics: Metrics::default(),
             rng: Rng::new(seed, 1),
             stagger_slices: false,
-            idle_states: &[],
+            idle_states: crate::profiles::measured_states(&costs).into(),
             next_timer_ns: 4_000_000,
             exit_refill_ns: 0,
             eoi_exit: false,
@@ -270,7 +272,7 @@ impl Core {
         };
         let i = self.pcpus[p]
             .gov
-            .select(self.idle_states, self.next_timer_ns, mult);
+            .select(&self.idle_states, self.next_timer_ns, mult);
         self.pcpus[p].gov.idle = Some((now, i));
         // Entries per state index of the profile's table (0 = shallowest).
         self.metrics.count(match i {
@@ -289,7 +291,7 @@ impl Core {
         };
         let now = self.now();
         self.pcpus[p].gov.record(now.saturating_sub(since));
-        let extra = crate::profiles::extra_exit_ns(self.idle_states, i);
+        let extra = crate::profiles::extra_exit_ns(&self.idle_states, i);
         self.metrics.add("host_idle_exit_ns", extra);
         extra
     }

@@ -93,6 +93,19 @@ pub struct Vcpu {
     pub resched: bool,
     /// Added to `run_ns` to give the thread's CFS vruntime (sleeper placement raises it).
     pub vruntime_offset: Nanos,
+    /// The guest runs a device interrupt handler with interrupts masked (x86 interrupt
+    /// gate: IF = 0 until `iretq`); set and cleared by a workload that models it
+    /// (`workload.isr_masks_irqs`). A device interrupt arriving meanwhile waits in
+    /// `masked_irq`.
+    pub in_handler: bool,
+    /// The device interrupt that arrived while `in_handler`: the LAPIC's IRR bit, one per
+    /// vector, so later ones merge into it; delivered when the handler returns.
+    pub masked_irq: Option<Irq>,
+    /// Device interrupts are masked from the start of their delivery to the handler's
+    /// return (set by a workload with `isr_masks_irqs`): one that arrives while a delivery
+    /// of the same source is executing or its handler runs waits in `masked_irq`. False
+    /// (every published check): such an interrupt nests.
+    pub isr_masks: bool,
 }
 
 impl Vcpu {
@@ -120,6 +133,9 @@ impl Vcpu {
             cold: false,
             resched: false,
             vruntime_offset: 0,
+            in_handler: false,
+            masked_irq: None,
+            isr_masks: false,
         }
     }
 
@@ -408,6 +424,25 @@ impl Core {
             self.metrics.count("irqs_merged");
             return Ok(());
         }
+        let delivering = self.vcpus[v]
+            .cur
+            .as_ref()
+            .is_some_and(|c| matches!(c.work.tag, Tag::IrqEntry(p) if p.src == irq.src));
+        if matches!(irq.src, IrqSrc::Device { .. })
+            && self.vcpus[v].isr_masks
+            && (self.vcpus[v].in_handler || delivering)
+        {
+            // The vector left the IRR for the ISR when its delivery began and the handler
+            // runs with IF = 0: the new one stays pending in the IRR (a third merges with
+            // it) and is taken after `iretq` (`Core::handler_returned`).
+            if self.vcpus[v].masked_irq.is_some() {
+                self.metrics.count("irqs_merged");
+            } else {
+                self.metrics.count("irqs_held_in_handler");
+                self.vcpus[v].masked_irq = Some(irq);
+            }
+            return Ok(());
+        }
         self.metrics.count("irqs_delivered");
         let entry_ns = if self.bare() {
             self.costs.native_irq_entry_ns
@@ -523,6 +558,19 @@ impl Core {
     }
 
     /// Put the unfinished part of the current work item back at the queue front.
+    /// The guest's device interrupt handler returned (`iretq`, IF = 1 again): the device
+    /// interrupt that arrived meanwhile, if any, is delivered now (as to a running vCPU).
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn handler_returned(&mut self, v: VcpuId) -> Result<()> {
+        self.vcpus[v].in_handler = false;
+        match self.vcpus[v].masked_irq.take() {
+            Some(irq) => self.deliver(v, irq, None),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn preempt_work(&mut self, v: VcpuId) {
         let now = self.now();
         if let Some(cur) = self.vcpus[v].cur.take() {

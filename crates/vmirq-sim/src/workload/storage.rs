@@ -29,6 +29,21 @@ pub struct StorageConfig {
     pub isr_ns: Nanos,
     /// Register-access exits per interrupt in the ISR (status read, clear, EOI).
     pub isr_exits: u8,
+    /// The ISR runs with interrupts masked (an x86 interrupt gate clears IF until
+    /// `iretq`): a device interrupt that arrives during it stays pending, merges with any
+    /// later one, and is taken when the ISR returns. Off (the default, as every published
+    /// check was run): a device interrupt interrupts the ISR and nests. On in the
+    /// `this-host` device prediction (v6 on), whose driver's handler is an interrupt gate
+    /// with no `sti` (`crates/vmirq-kvm/src/guest/device.rs`).
+    #[serde(default)]
+    pub isr_masks_irqs: bool,
+    /// The device polls the submission ring (its thread spins on the guest's submitted
+    /// count, as `vmirq kvm device`'s engine does), so it sees a request when the guest
+    /// publishes it, before the doorbell's exit, which the vCPU still pays. Off (the
+    /// default, every published check): the device learns of a request from the kick, at
+    /// the end of its exit. On in the `this-host` device prediction (v6 on).
+    #[serde(default)]
+    pub device_polls_ring: bool,
     /// Bytes per request.
     #[serde(default = "default_bytes")]
     pub bytes: u32,
@@ -48,6 +63,8 @@ fn default_bytes() -> u32 {
 const SUBMIT: u32 = 10;
 const COMPLETE: u32 = 11;
 const PHASE: u32 = 12;
+/// Zero-length marker after the ISR (`isr_masks_irqs`): the handler's `iretq`.
+const ISR_RETURN: u32 = 13;
 
 /// Running storage workload.
 #[derive(Debug, Clone)]
@@ -89,6 +106,7 @@ impl Storage {
     }
 
     pub(super) fn start(&mut self, core: &mut Core) -> Result<()> {
+        core.vcpus[0].isr_masks = self.cfg.isr_masks_irqs;
         if !self.cfg.burst_oio.is_empty() {
             core.q.schedule_in(
                 core.rng.exp_ns(self.cfg.burst_phase_us * 1_000),
@@ -133,9 +151,15 @@ impl Storage {
                 if core.costs.doorbell_exit_ns > 0 {
                     kick.ns = core.costs.doorbell_exit_ns; // measured (this-host profiles)
                 }
+                if self.cfg.device_polls_ring {
+                    // Published before the doorbell store: the polling device has it now.
+                    kick.tag = Tag::Plain;
+                    core.io_submit(0, req)?;
+                }
                 core.vcpus[0].work.push_front(kick);
                 core.metrics.count("exits_io_kick");
             }
+            Hook::App(0, ISR_RETURN) => core.handler_returned(0)?,
             Hook::App(0, COMPLETE) => {
                 core.metrics.count("ios_completed");
                 self.outstanding = self.outstanding.saturating_sub(1);
@@ -153,6 +177,10 @@ impl Storage {
                 let v = &mut core.vcpus[0];
                 for _ in &reqs {
                     v.work.push_front(Work::app(self.cfg.complete_ns, COMPLETE));
+                }
+                if self.cfg.isr_masks_irqs {
+                    v.in_handler = true;
+                    v.work.push_front(Work::app(0, ISR_RETURN));
                 }
                 v.work.push_front(Work {
                     ns: self.cfg.isr_ns,

@@ -1,0 +1,150 @@
+//! An interrupt forced into a running vCPU: a primitive for host profiles (issue 16).
+//!
+//! `vmirq kvm device`'s driver spins in guest ring 3 while the device signals it through an
+//! irqfd, so every interrupt takes a vCPU that is running guest code out of the guest (the
+//! forced exit: KVM's kick IPI, or on a PVM host the switcher), injects it at the re-entry
+//! and delivers it to the handler. This loop times that with nothing else in it:
+//! - vCPU 0 (thread pinned to CPU 0) runs [`crate::guest::forced`]: a ring-3 loop storing
+//!   its TSC, a handler that logs the loop's last TSC, its own first TSC and its TSC before
+//!   `iretq`, and the loop's first TSC after the return;
+//! - a writer on CPU 1 writes the irqfd (an MSI route to the handler's vector) once per
+//!   round, waits until the loop logged its return, then lets the guest spin [`GAP_NS`].
+//!
+//! Per round:
+//! - `to_handler_ns`: the handler's first TSC minus the loop's last one: the running guest's
+//!   progress stops, the exit, the injection, the delivery up to the handler's first
+//!   instruction (plus at most one loop iteration, tens of ns native);
+//! - `handler_ns`: the handler's own instructions up to `iretq`;
+//! - `return_ns`: `iretq` to the loop's first TSC after it;
+//! - `lost_ns`: `to_handler_ns + return_ns`, what the interrupt costs the running guest
+//!   beyond its handler's body;
+//! - `arrival_ns`: the handler's first TSC minus the writer's TSC before `write()` (the irqfd
+//!   write included; recorded, not a primitive: `irqfd_write` measures the write alone).
+
+use crate::dist::Summary;
+use crate::error::{Error, Result};
+use crate::guest::forced::{program, RECORDS, RECORDS_MAX, RECORD_BYTES};
+use crate::host::{pin_to, rdtsc, spin_until_tsc, TscClock};
+use crate::layout::{mailbox, WAKE_GSI, WAKE_VECTOR};
+use crate::vm::{Vm, VmConfig};
+use crate::wake::target;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// Rounds dropped at the start (cold caches).
+const SKIP: u32 = 16;
+/// Longest wait for the guest to log one round.
+const HANDSHAKE: Duration = Duration::from_secs(5);
+/// Spinning time the guest gets between two interrupts.
+pub const GAP_NS: u64 = 30_000;
+
+/// Result of [`measure`].
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ForcedIrq {
+    /// The loop's last TSC to the handler's first.
+    pub to_handler_ns: Summary,
+    /// The handler's first TSC to its TSC before `iretq`.
+    pub handler_ns: Summary,
+    /// The handler's TSC before `iretq` to the loop's first TSC after it.
+    pub return_ns: Summary,
+    /// `to_handler + return` per round.
+    pub lost_ns: Summary,
+    /// The writer's TSC before its irqfd `write()` to the handler's first TSC.
+    pub arrival_ns: Summary,
+    /// Rounds left out because their timestamps were out of order (an interrupt that was
+    /// not taken inside the loop, which would measure something else).
+    pub rejected: u32,
+}
+
+/// Run `iterations` timed rounds.
+///
+/// # Errors
+/// [`Error::Unavailable`] without KVM; guest, KVM or handshake errors; more than a tenth of
+/// the rounds rejected.
+pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
+    let n = iterations + SKIP;
+    if u64::from(n) > RECORDS_MAX {
+        return Err(Error::Config(format!("at most {RECORDS_MAX} rounds")));
+    }
+    let mut vm = Vm::new(
+        VmConfig {
+            irqchip: true,
+            vcpus: 1,
+            halt_poll_ns: None,
+        },
+        &program()?,
+    )?;
+    let irqfd = vm.msi_irqfd(WAKE_GSI, 0, WAKE_VECTOR)?;
+    let cpu = vm.vcpus.remove(0);
+    let running = target::spawn(cpu.fd, 0);
+    let ram = &vm.ram;
+    let gap = clock.ticks(GAP_NS);
+    let sent = running.wait_ready(Duration::from_secs(5)).and_then(|()| {
+        std::thread::scope(|s| {
+            s.spawn(|| -> Result<Vec<u64>> {
+                pin_to(1)?;
+                let mut sent = Vec::with_capacity(n as usize);
+                for i in 0..u64::from(n) {
+                    spin_until_tsc(rdtsc() + gap);
+                    sent.push(rdtsc());
+                    irqfd.write(1).map_err(Error::io("irqfd write"))?;
+                    let t = Instant::now();
+                    while ram.load(RECORDS + i * RECORD_BYTES + 24)? == 0 {
+                        if t.elapsed() > HANDSHAKE {
+                            return Err(Error::Timeout("the guest to log a forced interrupt"));
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+                Ok(sent)
+            })
+            .join()
+            .map_err(|_| Error::Guest("irqfd writer thread panicked".into()))?
+        })
+    });
+    ram.set_cell(mailbox::STOP, 1)?;
+    running.join(Duration::from_secs(5))?;
+    let sent = sent?;
+    let taken = ram.cell(mailbox::IRQ_COUNT)?;
+    if taken != u64::from(n) {
+        return Err(Error::Guest(format!(
+            "forced interrupt loop: the handler ran {taken} times for {n} writes"
+        )));
+    }
+    let (mut to, mut hd, mut ret, mut lost, mut arr) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut rejected = 0u32;
+    for i in SKIP..n {
+        let at = RECORDS + u64::from(i) * RECORD_BYTES;
+        let (last, entry, end, resume) = (
+            ram.load(at)?,
+            ram.load(at + 8)?,
+            ram.load(at + 16)?,
+            ram.load(at + 24)?,
+        );
+        let s = sent[i as usize];
+        if !(last <= entry && entry <= end && end <= resume && s <= entry) {
+            rejected += 1;
+            continue;
+        }
+        let d = |a: u64, b: u64| clock.ns(b - a);
+        to.push(d(last, entry));
+        hd.push(d(entry, end));
+        ret.push(d(end, resume));
+        lost.push(d(last, entry) + d(end, resume));
+        arr.push(d(s, entry));
+    }
+    if rejected > iterations / 10 {
+        return Err(Error::Guest(format!(
+            "forced interrupt loop: {rejected} of {iterations} rounds out of order"
+        )));
+    }
+    Ok(ForcedIrq {
+        to_handler_ns: Summary::of(&mut to),
+        handler_ns: Summary::of(&mut hd),
+        return_ns: Summary::of(&mut ret),
+        lost_ns: Summary::of(&mut lost),
+        arrival_ns: Summary::of(&mut arr),
+        rejected,
+    })
+}
