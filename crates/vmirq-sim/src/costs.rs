@@ -78,6 +78,13 @@ pub struct Costs {
     /// where `vmirq kvm device`'s driver runs, while their `exit_roundtrip_ns` is one
     /// emulated ring-0 instruction.
     pub running_irq_exit_ns: Nanos,
+    /// A storage guest's interrupt handler returning (`iretq`) to the code it interrupted,
+    /// beyond the one guest instruction the workload's `isr_ns` counts for it. 0 in the era
+    /// profiles. `this-host` profiles (v6 on) measure it (`vmirq kvm exits`' `forced_irq`:
+    /// the handler's last TSC to the interrupted ring-3 loop's next one, minus one emulated
+    /// instruction): on a host that emulates guest ring 0 the return to native ring 3 is a
+    /// switch out of the emulator.
+    pub irq_return_ns: Nanos,
     /// Extra wake latency of a host pCPU that idled long enough for its idle governor to
     /// pick a deeper state than after a short idle: with a measured deep state, the host
     /// idles in two states ([`crate::profiles::measured_states`]) and the menu-like
@@ -134,6 +141,7 @@ impl Default for Costs {
             irqfd_inject_ns: 0,
             doorbell_exit_ns: 0,
             running_irq_exit_ns: 0,
+            irq_return_ns: 0,
             host_idle_deep_exit_ns: 0,
             host_idle_deep_residency_ns: 0,
             context_switch_ns: snb_cycles(4_250),
@@ -169,7 +177,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 23] = [
+pub const FIELDS: [&str; 24] = [
     "wrmsr_exit_ns",
     "exit_roundtrip_ns",
     "kick_ns",
@@ -184,6 +192,7 @@ pub const FIELDS: [&str; 23] = [
     "irqfd_inject_ns",
     "doorbell_exit_ns",
     "running_irq_exit_ns",
+    "irq_return_ns",
     "host_idle_deep_exit_ns",
     "host_idle_deep_residency_ns",
     "context_switch_ns",

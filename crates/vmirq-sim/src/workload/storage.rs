@@ -182,6 +182,16 @@ impl Storage {
                     v.in_handler = true;
                     v.work.push_front(Work::app(0, ISR_RETURN));
                 }
+                if core.costs.irq_return_ns > 0 {
+                    // The handler's `iretq` back to the interrupted code, beyond the one
+                    // instruction `isr_ns` counts for it (interrupts stay masked until it
+                    // is done).
+                    v.work.push_front(Work {
+                        ns: core.costs.irq_return_ns,
+                        cat: Cat::Exit,
+                        tag: Tag::Plain,
+                    });
+                }
                 v.work.push_front(Work {
                     ns: self.cfg.isr_ns,
                     cat: Cat::Guest,
