@@ -74,9 +74,10 @@ pub struct Costs {
     pub doorbell_exit_ns: Nanos,
     /// A vCPU running guest code forced out to inject a (non-posted) interrupt, exit to
     /// re-entry. 0 in the era profiles: charged as `exit_roundtrip_ns`. `this-host` profiles
-    /// (v5 on) measure a real exit from guest ring 3 (`vmirq kvm exits`' `pio_eventfd_user3`),
-    /// where `vmirq kvm device`'s driver runs, while their `exit_roundtrip_ns` is one
-    /// emulated ring-0 instruction.
+    /// (v5 on) measure a real exit from guest ring 3, where `vmirq kvm device`'s driver runs,
+    /// while their `exit_roundtrip_ns` is one emulated ring-0 instruction: v5 the doorbell
+    /// (`doorbell_user3`), v6 the forced interrupt itself (`vmirq kvm exits`' `forced_irq`:
+    /// the spinning ring-3 loop's last TSC to the handler's first, minus the delivery).
     pub running_irq_exit_ns: Nanos,
     /// A storage guest's interrupt handler returning (`iretq`) to the code it interrupted,
     /// beyond the one guest instruction the workload's `isr_ns` counts for it. 0 in the era
