@@ -118,9 +118,14 @@ impl Ping {
                 } else if core.bare() {
                     core.deliver(0, device_irq(core), None)?;
                 } else {
-                    // The assigned NIC interrupts the host first, which injects it.
-                    core.q
-                        .schedule_in(core.costs.host_irq_ns, Ev::Workload(INJECT, 0))?;
+                    // The assigned NIC interrupts the host first, which injects it (in
+                    // the westmere-2012 era from the IRQ thread: one more switch).
+                    let mut ns = core.costs.host_irq_ns;
+                    if core.assigned_irq_thread {
+                        ns += core.costs.context_switch_ns;
+                        core.metrics.count("assigned_irq_thread_switches");
+                    }
+                    core.q.schedule_in(ns, Ev::Workload(INJECT, 0))?;
                 }
             }
             INJECT => core.deliver(0, device_irq(core), None)?,
