@@ -572,33 +572,6 @@ impl<'a> Engine<'a> {
     }
 
     fn snapshot(&mut self, now: u64) -> Snapshot {
-        if self.per_queue() {
-            // The counts below read the call eventfds: a signal not yet seen would be
-            // consumed there and its queue never scheduled (the flow stalls).
-            let mut fds = std::mem::take(&mut self.poll_set);
-            fds.clear();
-            fds.extend(
-                self.ports
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (i, false, p.rx_call_fd())),
-            );
-            let mut raw = [0; os::POLL_FDS_MAX];
-            for (r, f) in raw.iter_mut().zip(&fds) {
-                *r = f.2;
-            }
-            let n = fds.len().min(os::POLL_FDS_MAX);
-            // Not waiting, so an error here is as unlikely as in the next round's check;
-            // treating it as "nothing ready" leaves the eventfds readable for that check.
-            let ready = os::wait_readable(&raw[..n], Duration::ZERO).unwrap_or(0);
-            for (bit, &(i, _, _)) in fds.iter().enumerate() {
-                if ready & (1 << bit) != 0 && !self.scheduled[i] {
-                    self.scheduled[i] = true;
-                    let _ = self.ports[i].rx_disable_cb();
-                }
-            }
-            self.poll_set = fds;
-        }
         let mut s = Snapshot {
             t_ns: now,
             cpu_ns: os::thread_cpu_ns(),
@@ -610,8 +583,16 @@ impl<'a> Engine<'a> {
             backend_cpu_ns: self.cfg.backend_pid.and_then(os::process_cpu_ns),
             ..Snapshot::default()
         };
-        for p in self.ports.iter_mut() {
-            p.take_calls();
+        let per_queue = self.per_queue();
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            // Counting reads the call eventfds: a signal not yet seen schedules its
+            // queue here (per queue it would be lost, and the queue's flow would stall).
+            let (rx_calls, _) = p.take_calls();
+            if per_queue && rx_calls > 0 && !self.scheduled[i] {
+                self.scheduled[i] = true;
+                // Only a layout bug fails here; the next poll reads the ring either way.
+                let _ = p.rx_disable_cb();
+            }
             let c = p.counters();
             s.port_calls.push(c.rx_calls + c.tx_calls);
             add_counters(&mut s.ports, &c);
