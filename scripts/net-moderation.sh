@@ -36,8 +36,9 @@
 #
 # Usage: scripts/net-moderation.sh [REPEAT] (default 5). Environment: RATE_PPS, SECONDS_PER_RUN
 # (default 2), OUT (results file; default crates/vmirq-net/results/DATE-net-moderation.txt),
-# NO_BUILD=1 to use an existing target/release/vmirq, ONLY="4 4w" to run only those
-# comparisons (their numbers as above).
+# NO_BUILD=1 to use an existing target/release/vmirq, VMIRQ=path to use that binary instead
+# (no build; e.g. another revision's, for an A/B of two binaries), ONLY="4 4w" to run only
+# those comparisons (their numbers as above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,9 +46,9 @@ REPEAT="${1:-5}"
 RATE_PPS="${RATE_PPS:-812744}"
 SECS="${SECONDS_PER_RUN:-2}"
 OUT="${OUT:-crates/vmirq-net/results/$(date -u +%Y-%m-%d-%H%M)-net-moderation.txt}"
-BIN=target/release/vmirq
+BIN="${VMIRQ:-target/release/vmirq}"
 
-if [ "${NO_BUILD:-0}" != 1 ]; then
+if [ -z "${VMIRQ:-}" ] && [ "${NO_BUILD:-0}" != 1 ]; then
     cargo build --release -p vmirq >&2
 fi
 [ -x "$BIN" ] || { echo "no $BIN (build it or unset NO_BUILD)" >&2; exit 1; }
@@ -56,7 +57,7 @@ mkdir -p "$(dirname "$OUT")"
 : >"$OUT.log"
 {
     echo "# serve-net moderation comparisons (scripts/net-moderation.sh), repeat $REPEAT, ${SECS} s per run"
-    echo "# $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+dirty')"
+    echo "# $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+dirty'), binary $BIN"
     echo "# machine: $(nproc) CPUs; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT"
 

@@ -9,8 +9,11 @@
 #   scripts/net-poll64-callgrind.sh [DATAPATH...]     (default: per-port pmd)
 #
 # MODE=interrupt and WORKLOAD=rr:64 (netload's --mode, --workload; default poll,
-# stream:64) measure other clients; SERVE_ARGS adds serve-net options (e.g.
-# SERVE_ARGS="--moderation count:usecs=50,frames=32").
+# stream:64) measure other clients; WORKLOAD=loopback runs testpmd's virtio-user loopback
+# client instead of netload (DPDK's virtio PMD, `--tx-first`: 64 frames circulate through
+# the two ports, both ports transmit; needs dpdk-testpmd and hugepages, see
+# scripts/hugepages.sh; SECONDS_LOOP=N, default 6, how long the client runs). SERVE_ARGS
+# adds serve-net options (e.g. SERVE_ARGS="--moderation count:usecs=50,frames=32").
 # VMIRQ=path: measure that binary instead of building one (e.g. a copy of an older build,
 # to compare two revisions). KEEP=dir: keep the callgrind outputs there (cg.DATAPATH), for
 # `callgrind_annotate --inclusive=yes` or a self-cost profile.
@@ -35,8 +38,18 @@ for dp in "${dps[@]}"; do
     --socket "$work/a.sock" --socket "$work/b.sock" --datapath "$dp" ${SERVE_ARGS:-} 2>"$work/srv.txt" &
   srv=$!
   for _ in $(seq 100); do [ -S "$work/b.sock" ] && break; sleep 0.2; done
-  RUST_LOG=error timeout 120 "$vmirq" netload --socket "$work/a.sock" --socket "$work/b.sock" \
-    --mode "${MODE:-poll}" --workload "${WORKLOAD:-stream:64}" --seconds 1 --warmup 0.2 --repeat 1 --cpu 0 >/dev/null 2>&1 || true
+  if [ "${WORKLOAD:-}" = loopback ]; then
+    # The client's forwarding lcore on CPU 0, its main lcore on CPU 1 (as netload's
+    # --loopback-reference runs it); stopped with SIGINT so that it prints its totals.
+    timeout -s INT "${SECONDS_LOOP:-6}" dpdk-testpmd -l 0,1 --main-lcore 1 --no-pci \
+      --file-prefix="vmirq-cg-$$" -m 256 --in-memory --single-file-segments \
+      --vdev "net_virtio_user0,path=$work/a.sock" --vdev "net_virtio_user1,path=$work/b.sock" \
+      -- --forward-mode=io --auto-start --stats-period 1 --nb-cores=1 --total-num-mbufs=16384 \
+      --max-pkt-len=1518 --tx-first >"$work/client.txt" 2>&1 || true
+  else
+    RUST_LOG=error timeout 120 "$vmirq" netload --socket "$work/a.sock" --socket "$work/b.sock" \
+      --mode "${MODE:-poll}" --workload "${WORKLOAD:-stream:64}" --seconds 1 --warmup 0.2 --repeat 1 --cpu 0 >/dev/null 2>&1 || true
+  fi
   kill -INT "$srv"
   wait "$srv" || true
   srv=
@@ -49,5 +62,7 @@ for dp in "${dps[@]}"; do
       awk '{ gsub(",", "", $1); print $1 }' || true)
     if [ -n "$ir" ]; then echo "$dp frames=$frames ${f% \\[} Ir/frame=$((ir / frames))"; fi
   done
+  # The forwarding thread's passes, empty passes and sleeps (pmd only).
+  grep -E '^pmd: ' "$work/srv.txt" | sed "s/^/$dp /" || true
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work/cg.$dp" "$work/srv.txt" "$KEEP/" && mv "$KEEP/srv.txt" "$KEEP/srv.$dp.txt"; fi
 done

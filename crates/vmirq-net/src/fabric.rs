@@ -35,7 +35,7 @@ use crate::counters::PortCounters;
 use crate::flow::rx_pair;
 use crate::pmd::Pmd;
 use crate::queues::{RxCtl, TxCtl, WindowRing};
-use crate::rx::{arm_refill_kick, deliver, RxOutcome, RxScratch};
+use crate::rx::{arm_refill_kick, deliver, quiet_refill_kicks, RxOutcome, RxScratch};
 use crate::switch::{Route, Switch};
 use crate::tap::Tap;
 use crate::tx::{read_chain, TxError};
@@ -716,6 +716,16 @@ impl Fabric {
             };
             let mut rx = pair.rx.get_mut();
             let mem = a.mem.memory();
+            // No source waits for room in this port's queues: a driver without EVENT_IDX
+            // need not kick on its refills (each kick an eventfd write or a VM exit, and a
+            // worker wakeup here); as the pmd path does after a run. Under the RX vring
+            // lock, which every arm holds, after its mark: an arm by another worker lands
+            // before this (its mark is seen here) or after (it clears the flag again).
+            if self.slots[dst].blocked.load(Ordering::Acquire) == 0 {
+                if let Err(e) = quiet_refill_kicks(rx.get_queue(), &*mem) {
+                    tracing::warn!(port = dst, error = %e, "receive used ring unreachable");
+                }
+            }
             let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
             let RxCtl {
                 notifier, window, ..

@@ -68,6 +68,8 @@ pub fn prometheus(h: &ServerHandle) -> String {
             ("idle_passes", pmd.idle_passes),
             ("busy_passes", busy),
             ("chains", pmd.chains),
+            ("busy_ns", pmd.busy_ns),
+            ("slow_passes", pmd.slow_passes),
             ("sleeps", pmd.sleeps),
             ("wakeups", pmd.wakeups),
             ("cpu_ns", pmd.cpu_ns),

@@ -131,6 +131,11 @@ const METRICS: &[Metric] = &[
         get: |r| r.rr.and_then(|t| t.frames_ahead_p50).map(|n| n as f64),
     },
     Metric {
+        name: "frames during msg p50",
+        unit: "",
+        get: |r| r.rr.and_then(|t| t.frames_in_flight_p50).map(|n| n as f64),
+    },
+    Metric {
         name: "wakeup to msg p50",
         unit: "(us)",
         get: |r| r.rr.map(|t| t.wake_to_read.p50_ns as f64 / 1e3),

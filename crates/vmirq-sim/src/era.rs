@@ -28,6 +28,11 @@ pub struct Era {
     /// A vCPU resumed from host halt polling never left its CPU and does not pay it. 0: the
     /// profile's `vm_entry_ns` is charged on every resume.
     pub vcpu_reload_ns: Nanos,
+    /// An assigned device's MSI is injected from a host IRQ thread (KVM device assignment
+    /// before MSIs were injected from the hard handler: `kvm_assigned_dev_msix` returns
+    /// `IRQ_WAKE_THREAD`, `kvm_assigned_dev_thread_msix` calls `kvm_set_irq`): one more host
+    /// context switch before the injection.
+    pub assigned_irq_thread: bool,
     /// Where the numbers come from.
     pub about: &'static str,
 }
@@ -58,17 +63,21 @@ pub const ERAS: &[Era] = &[
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: true,
         vcpu_reload_ns: 0,
+        assigned_irq_thread: true,
         about: "refill: SplitX's bound, measured on Nehalem (Westmere is its 32 nm shrink, \
                 same per-core caches); EOI exits: no APICv (Westmere has none) and no PV EOI \
                 (guest side merged June 2012, Linux 3.6, commit ab9cf4996bb9 'KVM guest: \
                 guest side for eoi avoidance', after FAST'12); ELI (ASPLOS 2012) removes \
-                exactly this exit by letting the guest write the x2APIC EOI MSR directly",
+                exactly this exit by letting the guest write the x2APIC EOI MSR directly; \
+                assigned-device MSIs: virt/kvm/assigned-dev.c of that era injects them from \
+                the IRQ thread (request_threaded_irq, hard handler returns IRQ_WAKE_THREAD)",
     },
     Era {
         profile: "sandybridge-2015",
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: false,
         vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
+        assigned_irq_thread: false,
         about: "refill: SplitX's Nehalem bound, carried over unchanged (Sandy Bridge keeps \
                 the per-core L1/L2 sizes; an extrapolation); EOI: a 2015 guest (Linux >= 3.6) \
                 uses PV EOI, and the talk's per-transaction exit count (~9.6 MSR writes = \
@@ -80,6 +89,7 @@ pub const ERAS: &[Era] = &[
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: false,
         vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
+        assigned_irq_thread: false,
         about: "as sandybridge-2015",
     },
     Era {
@@ -87,6 +97,7 @@ pub const ERAS: &[Era] = &[
         exit_refill_ns: SPLITX_REFILL_NS,
         eoi_exit: false,
         vcpu_reload_ns: 0,
+        assigned_irq_thread: false,
         about: "refill as sandybridge-2015 (an extrapolation); no EOI exit: Haswell-EP has \
                 APICv (first shipped with Ivy Bridge-EP; from memory, not in the references)",
     },
@@ -103,6 +114,7 @@ pub fn era(name: &str) -> Era {
             exit_refill_ns: 0,
             eoi_exit: false,
             vcpu_reload_ns: 0,
+            assigned_irq_thread: false,
             about: "",
         })
 }
@@ -129,5 +141,8 @@ mod tests {
         assert_eq!(SNB_VCPU_RELOAD_NS, 346);
         assert_eq!(none.vcpu_reload_ns, 0);
         assert_eq!(era("westmere-2012").vcpu_reload_ns, 0);
+        assert!(era("westmere-2012").assigned_irq_thread);
+        assert!(!none.assigned_irq_thread);
+        assert!(!era("sandybridge-2015").assigned_irq_thread);
     }
 }

@@ -81,6 +81,10 @@ pub struct ModelConfig {
     /// resume the full `vm_entry_ns` again.
     #[serde(default)]
     pub vcpu_reload_ns: Option<u64>,
+    /// Override of the profile's assigned-device IRQ thread (`crate::era`), e.g. false to
+    /// inject from the hard handler.
+    #[serde(default)]
+    pub assigned_irq_thread: Option<bool>,
     /// Host kernel preemption model: `"voluntary"` (default: `CONFIG_PREEMPT_VOLUNTARY`, what
     /// distribution kernels ship; a vCPU thread inside an exit is preempted only at KVM's
     /// `need_resched()` check before the next VM entry) or `"full"` (`CONFIG_PREEMPT`:
@@ -201,6 +205,7 @@ impl ModelConfig {
             core.exit_refill_ns = era.exit_refill_ns;
             core.eoi_exit = era.eoi_exit;
             core.vcpu_reload_ns = era.vcpu_reload_ns;
+            core.assigned_irq_thread = era.assigned_irq_thread;
         }
         if let Some(ns) = self.exit_refill_ns {
             core.exit_refill_ns = ns;
@@ -210,6 +215,9 @@ impl ModelConfig {
         }
         if let Some(ns) = self.vcpu_reload_ns {
             core.vcpu_reload_ns = ns;
+        }
+        if let Some(on) = self.assigned_irq_thread {
+            core.assigned_irq_thread = on;
         }
         core.host_preempt_full = match self.host_preempt.as_str() {
             "voluntary" => false,

@@ -23,8 +23,8 @@ const USED_F_NO_NOTIFY: u16 = 1;
 /// index: the queue's own `enable_notification` sets it to `next_avail`, which lies behind
 /// buffers that are available but too few, so the driver's next refill would not kick
 /// (§2.7.10: it kicks only when its new index passes `avail_event`). Without EVENT_IDX
-/// VIRTQ_USED_F_NO_NOTIFY is cleared (a device that never sets it, the per-port path, finds
-/// it clear already). Returns true when buffers were added while arming (look again instead
+/// VIRTQ_USED_F_NO_NOTIFY is cleared (both data paths set it after delivering into a queue
+/// no source waits on). Returns true when buffers were added while arming (look again instead
 /// of waiting).
 ///
 /// # Errors

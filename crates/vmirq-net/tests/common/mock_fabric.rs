@@ -39,11 +39,24 @@ pub fn queue_sized(
     size: u16,
     ring_stride: u64,
 ) -> Queue {
-    let data_start = (1 << 20) + n * (3 << 19);
+    queue_in(mem, atomic, n, size, ring_stride, 3 << 19)
+}
+
+/// Queue `n` with `size` entries, rings at `n * ring_stride`, data in its own slice of
+/// `slice` bytes after the first MiB.
+pub fn queue_in(
+    mem: &Arc<GuestMemoryMmap>,
+    atomic: &GuestMem,
+    n: u64,
+    size: u16,
+    ring_stride: u64,
+    slice: u64,
+) -> Queue {
+    let data_start = (1 << 20) + n * slice;
     let layout = Layout {
         ring_base: n * ring_stride,
         data_start,
-        data_end: (data_start + (3 << 19)).min(REGION0_LEN),
+        data_end: (data_start + slice).min(REGION0_LEN),
     };
     let guest = MockGuest::on_memory(Arc::clone(mem), size, false, layout);
     let vring = VringRwLock::new(atomic.clone(), size).expect("vring");
@@ -121,14 +134,21 @@ pub fn offer_tx(q: &mut Queue, n: usize, len: usize) {
     }
 }
 
-/// Two attached ports in pairs mode over one guest memory, their queues following `policies`.
+/// Attached ports in pairs mode (0 <-> 1, 2 <-> 3, ...) over one guest memory, their queues
+/// following `policies`.
 pub struct Rig {
     pub fabric: Fabric,
     pub ports: Vec<Port>,
 }
 
 impl Rig {
+    /// Two ports.
     pub fn new(policies: &Policies) -> Self {
+        Self::with_ports(policies, 2)
+    }
+
+    /// `n` ports (up to 2: each queue's data in 1.5 MiB; more share the region).
+    pub fn with_ports(policies: &Policies, n: usize) -> Self {
         let mem = GuestMemoryMmap::from_ranges(&[(
             GuestAddress(0),
             usize::try_from(REGION0_LEN).expect("64-bit"),
@@ -136,13 +156,16 @@ impl Rig {
         .expect("guest memory");
         let atomic: GuestMem = GuestMemoryAtomic::new(mem.clone());
         let mem = Arc::new(mem);
-        let ports: Vec<Port> = (0..2u64)
+        // Two ports keep the 1.5 MiB data slices; more share the region's 7 MiB.
+        let queues = 2 * n as u64;
+        let slice = (3 << 19).min(((REGION0_LEN - (1 << 20)) / queues) & !0xfff);
+        let ports: Vec<Port> = (0..n as u64)
             .map(|p| Port {
-                rx: queue(&mem, &atomic, 2 * p),
-                tx: queue(&mem, &atomic, 2 * p + 1),
+                rx: queue_in(&mem, &atomic, 2 * p, QSIZE, 64 << 10, slice),
+                tx: queue_in(&mem, &atomic, 2 * p + 1, QSIZE, 64 << 10, slice),
             })
             .collect();
-        let fabric = Fabric::new(Switch::new(SwitchMode::Pairs, 2));
+        let fabric = Fabric::new(Switch::new(SwitchMode::Pairs, n));
         for (p, port) in ports.iter().enumerate() {
             attach(&fabric, p, port, &atomic, policies);
         }

@@ -5,7 +5,9 @@ use super::msgpath::MsgPath;
 use super::paths::{is_hello, Hellos};
 use super::report::{FrameErrors, Snapshot, Totals};
 use super::wire::WireShared;
-use super::{os, port_err, Mode, Phase, Report, Result, RunConfig, RunError, BULK_FLOW, RR_FLOW};
+use super::{
+    os, port_err, Mode, Napi, Phase, Report, Result, RunConfig, RunError, BULK_FLOW, RR_FLOW,
+};
 use crate::frame::{self, FrameError, Mac, Pattern, Probe};
 use crate::port::{Faults, NetPort};
 use crate::virtio_net::feature_names;
@@ -63,8 +65,11 @@ pub(super) struct Engine<'a> {
     touched: Vec<bool>,
     scratch: Vec<u8>,
     /// Frames of one round: (port, frames read from the port before it since its ring was
-    /// last empty, parsed frame).
-    inbox: Vec<(usize, u64, std::result::Result<Probe, FrameError>)>,
+    /// last empty, its number among all frames read, parsed frame).
+    inbox: Vec<(usize, u64, u64, std::result::Result<Probe, FrameError>)>,
+    /// Per port, with `Napi::Queue`: its NAPI context is scheduled (its interrupt came, or
+    /// its last poll filled the budget); unscheduled ports have their callbacks enabled.
+    scheduled: Vec<bool>,
 }
 
 impl<'a> Engine<'a> {
@@ -141,11 +146,19 @@ impl<'a> Engine<'a> {
             touched: Vec::new(),
             scratch: Vec::with_capacity(frame::FRAME_LEN_MAX as usize),
             inbox: Vec::new(),
+            // Every context starts scheduled: the first poll finds the rings' state and
+            // completes (enabling callbacks) where it drains.
+            scheduled: vec![true; n],
         }
     }
 
+    /// Whether rounds follow the per-queue NAPI contexts (`Napi::Queue`, interrupt mode).
+    fn per_queue(&self) -> bool {
+        self.cfg.napi == Napi::Queue && self.cfg.mode == Mode::Interrupt
+    }
+
     fn now(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        since(self.start)
     }
 
     pub(super) fn run(mut self) -> Result<Report> {
@@ -203,8 +216,11 @@ impl<'a> Engine<'a> {
 
     /// One NAPI-like round; true if there was work (the caller then polls again at once).
     fn round(&mut self, now: u64) -> Result<bool> {
+        if self.per_queue() {
+            self.schedule_signalled()?;
+        }
         let (received, budget_used) = self.receive_all()?;
-        self.dispatch(now);
+        self.dispatch();
         let mut reclaimed = 0;
         for (i, p) in self.ports.iter_mut().enumerate() {
             if p.tx_in_flight() > 0 {
@@ -212,10 +228,52 @@ impl<'a> Engine<'a> {
             }
         }
         let sent = self.send_all(now)?;
-        Ok(budget_used || received > 0 || sent > 0 || reclaimed > 0)
+        let scheduled = self.per_queue() && self.scheduled.iter().any(|&s| s);
+        Ok(budget_used || received > 0 || sent > 0 || reclaimed > 0 || scheduled)
+    }
+
+    /// `Napi::Queue`: the interrupts that came while the client was busy schedule their
+    /// queues' contexts (as a guest's interrupt handler does between NAPI polls): one
+    /// `ppoll` without waiting over the unscheduled ports' call eventfds.
+    fn schedule_signalled(&mut self) -> Result<()> {
+        let mut fds = std::mem::take(&mut self.poll_set);
+        fds.clear();
+        for (i, p) in self.ports.iter().enumerate() {
+            if !self.scheduled[i] {
+                fds.push((i, false, p.rx_call_fd()));
+            }
+        }
+        if !fds.is_empty() {
+            let mut raw = [0; os::POLL_FDS_MAX];
+            for (r, f) in raw.iter_mut().zip(&fds) {
+                *r = f.2;
+            }
+            let ready = os::wait_readable(&raw[..fds.len().min(os::POLL_FDS_MAX)], Duration::ZERO)
+                .map_err(RunError::Wait)?;
+            self.schedule(&fds, ready)?;
+        }
+        self.poll_set = fds;
+        Ok(())
+    }
+
+    /// The ports of `fds` whose bit is set in `ready` were signalled: read their eventfds
+    /// and, with `Napi::Queue`, schedule their receive contexts (callbacks off).
+    fn schedule(&mut self, fds: &[(usize, bool, RawFd)], ready: u64) -> Result<()> {
+        let per_queue = self.per_queue();
+        for (bit, &(i, tx, _)) in fds.iter().enumerate() {
+            if ready & (1 << bit) != 0 {
+                self.ports[i].take_call(tx);
+                if per_queue && !tx && !self.scheduled[i] {
+                    self.scheduled[i] = true;
+                    self.ports[i].rx_disable_cb().map_err(port_err(i))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn receive_all(&mut self) -> Result<(usize, bool)> {
+        let per_queue = self.per_queue();
         let Self {
             ports,
             cfg,
@@ -223,29 +281,40 @@ impl<'a> Engine<'a> {
             scratch,
             inbox,
             msgs,
+            scheduled,
             ..
         } = self;
         let mut total = 0;
         let mut budget_used = false;
         for (i, p) in ports.iter_mut().enumerate() {
+            if per_queue && !scheduled[i] {
+                continue;
+            }
             let verify = cfg.verify_payload;
             let mut pos = msgs.position(i);
+            let mut index = msgs.read_total();
             let n = p
                 .receive(cfg.budget, scratch, &mut |f| {
-                    inbox.push((i, pos, frame::parse(f, pattern, verify)));
+                    inbox.push((i, pos, index, frame::parse(f, pattern, verify)));
                     pos += 1;
+                    index += 1;
                 })
                 .map_err(port_err(i))?;
             msgs.read(i, n, n < cfg.budget);
             total += n;
             budget_used |= n == cfg.budget;
+            // NAPI complete: a poll below its budget re-enables the queue's callback; a
+            // frame that raced in keeps the context scheduled (virtqueue_napi_complete).
+            if per_queue && n < cfg.budget {
+                scheduled[i] = !p.rx_enable_cb().map_err(port_err(i))?;
+            }
         }
         Ok((total, budget_used))
     }
 
-    fn dispatch(&mut self, now: u64) {
+    fn dispatch(&mut self) {
         let mut inbox = std::mem::take(&mut self.inbox);
-        for (port, ahead, parsed) in inbox.drain(..) {
+        for (port, ahead, index, parsed) in inbox.drain(..) {
             let p = match parsed {
                 Ok(p) => p,
                 Err(FrameError::Foreign) => {
@@ -280,10 +349,15 @@ impl<'a> Engine<'a> {
                 },
                 frame::Kind::Response => match self.rr.as_mut() {
                     Some(r) if r.flow == p.flow && r.client == port => {
-                        if let Some(rtt) = r.on_response(&p, now) {
+                        // Read now, after the frames this pass read before it (from every
+                        // port), not at the round's start.
+                        let read_ns = since(self.start);
+                        if let Some(rtt) = r.on_response(&p, read_ns) {
                             if self.measuring {
                                 let _ = self.rtt.record(rtt.max(1));
-                                self.msgs.response(ahead, self.now());
+                                self.msgs.response(p.seq, index, ahead, read_ns);
+                            } else {
+                                self.msgs.unmark(p.seq);
                             }
                         }
                         true
@@ -327,7 +401,10 @@ impl<'a> Engine<'a> {
                     self.tx_blocked[c] = true;
                     break;
                 }
-                let probe = rr.next_request(now);
+                // Stamped when it is written, not at the round's start: the frames this
+                // round read before it are not the message's time.
+                let probe = rr.next_request(since(self.start));
+                self.msgs.request(probe.seq);
                 let mac = match self.ports.get(s) {
                     Some(p) => p.mac(),
                     None => self.remote.unwrap_or_default(),
@@ -372,9 +449,13 @@ impl<'a> Engine<'a> {
     /// Arm callbacks, and if nothing raced in, sleep until a call eventfd fires, the next
     /// paced send is due, or `deadline`.
     fn sleep(&mut self, deadline: u64) -> Result<()> {
+        let per_queue = self.per_queue();
         let mut raced = false;
         for (i, p) in self.ports.iter_mut().enumerate() {
-            raced |= !p.rx_enable_cb().map_err(port_err(i))?;
+            // Per queue, an unscheduled context's callback is on since its completion.
+            if !per_queue {
+                raced |= !p.rx_enable_cb().map_err(port_err(i))?;
+            }
             if self.tx_blocked[i] {
                 raced |= !p.tx_enable_cb_delayed().map_err(port_err(i))?;
             }
@@ -414,11 +495,7 @@ impl<'a> Engine<'a> {
             if ready != 0 {
                 self.wakeups += 1;
                 // Reset only the eventfds that fired (a read is a system call).
-                for (bit, &(i, tx, _)) in fds.iter().enumerate() {
-                    if ready & (1 << bit) != 0 {
-                        self.ports[i].take_call(tx);
-                    }
-                }
+                self.schedule(&fds, ready)?;
             } else {
                 self.timer_wakeups += 1;
                 let late = self.now().saturating_sub(expected_wake);
@@ -428,7 +505,9 @@ impl<'a> Engine<'a> {
             self.msgs.woke(self.now());
         }
         for (i, p) in self.ports.iter_mut().enumerate() {
-            p.rx_disable_cb().map_err(port_err(i))?;
+            if !per_queue {
+                p.rx_disable_cb().map_err(port_err(i))?;
+            }
             p.tx_disable_cb().map_err(port_err(i))?;
         }
         Ok(())
@@ -443,6 +522,7 @@ impl<'a> Engine<'a> {
         for (i, p) in self.ports.iter_mut().enumerate() {
             p.rx_disable_cb().map_err(port_err(i))?;
         }
+        self.scheduled.iter_mut().for_each(|s| *s = true);
         // Bounded: no new traffic starts in the drain, so rounds find less and less.
         for _ in 0..LAST_LOOK_ROUNDS {
             if !self.round(now)? {
@@ -503,8 +583,16 @@ impl<'a> Engine<'a> {
             backend_cpu_ns: self.cfg.backend_pid.and_then(os::process_cpu_ns),
             ..Snapshot::default()
         };
-        for p in self.ports.iter_mut() {
-            p.take_calls();
+        let per_queue = self.per_queue();
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            // Counting reads the call eventfds: a signal not yet seen schedules its
+            // queue here (per queue it would be lost, and the queue's flow would stall).
+            let (rx_calls, _) = p.take_calls();
+            if per_queue && rx_calls > 0 && !self.scheduled[i] {
+                self.scheduled[i] = true;
+                // Only a layout bug fails here; the next poll reads the ring either way.
+                let _ = p.rx_disable_cb();
+            }
             let c = p.counters();
             s.port_calls.push(c.rx_calls + c.tx_calls);
             add_counters(&mut s.ports, &c);
@@ -546,6 +634,11 @@ impl<'a> Engine<'a> {
 /// sleep into a spin), or the phase's `deadline`.
 fn next_wake(due: [Option<u64>; 2], deadline: u64) -> u64 {
     due.into_iter().flatten().fold(deadline, u64::min)
+}
+
+/// Nanoseconds since `start` (the run's clock).
+fn since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn dur_ns(d: Duration) -> u64 {

@@ -64,6 +64,44 @@ pub enum RunError {
     WirePanicked,
 }
 
+/// Which ports a round of an interrupt-mode client receives from (`--napi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Napi {
+    /// `all`: every round looks at every port's receive ring, whichever signal woke the
+    /// client (frames a moderated queue holds back without a signal are read as soon as
+    /// any other queue's signal, or a send timer, wakes the client).
+    #[default]
+    All,
+    /// `queue`: as Linux virtio-net, one NAPI context per receive queue: a queue is polled
+    /// only after its own interrupt (`skb_recv_done` schedules it), for as long as it fills
+    /// its budget, and completes (callbacks re-enabled, a raced frame schedules it again)
+    /// when a poll finds less; a queue whose frames the device holds is not looked at until
+    /// the device signals it.
+    Queue,
+}
+
+impl Napi {
+    /// Name on the command line and in reports.
+    #[must_use]
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Queue => "queue",
+        }
+    }
+
+    /// Parse `all` or `queue`.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "all" => Some(Self::All),
+            "queue" => Some(Self::Queue),
+            _ => None,
+        }
+    }
+}
+
 /// Result alias of this module.
 pub type Result<T> = std::result::Result<T, RunError>;
 
@@ -113,6 +151,8 @@ pub struct RunConfig {
     pub drain_max: Duration,
     /// Frames received per port per round (NAPI weight).
     pub budget: usize,
+    /// Which ports a round receives from in interrupt mode ([`Napi`]).
+    pub napi: Napi,
     /// Compare every payload byte (header, length and trailer are always checked).
     pub verify_payload: bool,
     /// Pin the client thread to this CPU.
@@ -141,6 +181,7 @@ impl RunConfig {
             measure: Duration::from_secs(2),
             drain_max: Duration::from_millis(500),
             budget: 64,
+            napi: Napi::All,
             verify_payload: true,
             cpu: None,
             bulk_window: None,

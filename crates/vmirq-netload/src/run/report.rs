@@ -139,6 +139,11 @@ pub struct RrReport {
     pub frames_ahead_p90: Option<u64>,
     /// Time from the client's last wakeup to reading the response.
     pub wake_to_read: Latency,
+    /// Frames the client read from all its ports while a message was in flight (from
+    /// sending the request to reading its response): median and 90th percentile.
+    pub frames_in_flight_p50: Option<u64>,
+    /// See `frames_in_flight_p50`.
+    pub frames_in_flight_p90: Option<u64>,
 }
 
 /// Everything one run measured.
@@ -314,6 +319,8 @@ impl Report {
                 frames_ahead_p50: t.msgs.ahead_quantile(0.5),
                 frames_ahead_p90: t.msgs.ahead_quantile(0.9),
                 wake_to_read: Latency::of(&t.msgs.wake_to_read),
+                frames_in_flight_p50: t.msgs.in_flight_quantile(0.5),
+                frames_in_flight_p90: t.msgs.in_flight_quantile(0.9),
             }
         });
         Self {
@@ -403,6 +410,12 @@ impl Report {
                     "  rr: frames read ahead of a response (backlog) p50 {a50} p90 {a90}; last wakeup to response p50 {:.1} us p90 {:.1} us",
                     r.wake_to_read.p50_ns as f64 / 1e3,
                     r.wake_to_read.p90_ns as f64 / 1e3
+                );
+            }
+            if let (Some(f50), Some(f90)) = (r.frames_in_flight_p50, r.frames_in_flight_p90) {
+                let _ = writeln!(
+                    s,
+                    "  rr: frames read from all ports while a message was in flight p50 {f50} p90 {f90}"
                 );
             }
         }

@@ -211,6 +211,9 @@ pub struct Core {
     /// Part of `vm_entry_ns` a vCPU resumed from host halt polling does not pay (`crate::era`:
     /// the reload of a scheduled-out vCPU). 0: every resume pays `vm_entry_ns`.
     pub vcpu_reload_ns: Nanos,
+    /// Assigned-device MSIs are injected from a host IRQ thread (`crate::era`): one more
+    /// host context switch before the injection.
+    pub assigned_irq_thread: bool,
     /// A fully preemptible host kernel (`CONFIG_PREEMPT`): a vCPU thread is preempted even
     /// inside an exit. False (the default): `CONFIG_PREEMPT_VOLUNTARY`, preemption waits for
     /// the end of the exit.
@@ -252,6 +255,7 @@ impl Core {
             exit_refill_ns: 0,
             eoi_exit: false,
             vcpu_reload_ns: 0,
+            assigned_irq_thread: false,
             host_preempt_full: false,
             host_sched_cfs: false,
             governor_iowait: false,

@@ -77,6 +77,11 @@ pub struct Args {
     /// Check headers and trailers only, not every payload byte.
     #[arg(long)]
     no_verify: bool,
+    /// Which receive queues an interrupt-mode round polls: `all` (every port's, whichever
+    /// signal woke the client) or `queue` (as Linux virtio-net's per-queue NAPI: a queue
+    /// only after its own interrupt, until a poll finds less than the budget).
+    #[arg(long, default_value = "all", value_parser = parse_napi)]
+    napi: vmirq_netload::run::Napi,
     /// Write every run's report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -124,6 +129,10 @@ fn parse_sender(s: &str) -> Result<Sender, String> {
         "wire" => Ok(Sender::Wire),
         _ => Err(format!("unknown sender {s:?} (client, wire)")),
     }
+}
+
+fn parse_napi(s: &str) -> Result<vmirq_netload::run::Napi, String> {
+    vmirq_netload::run::Napi::parse(s).ok_or_else(|| format!("unknown napi {s:?} (all, queue)"))
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -195,6 +204,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     run.warmup = Duration::from_secs_f64(args.warmup);
     run.bulk_window = args.window;
     run.verify_payload = !args.no_verify;
+    run.napi = args.napi;
     run.cpu = Some(args.cpu);
     run.wire_sender = (args.sender == Sender::Wire).then_some(Some(args.wire_cpu));
     let cfg = BenchConfig {

@@ -122,17 +122,20 @@ impl VmirqPeer {
         }
         for (p, c) in self.handle.counters().iter().enumerate() {
             summary.push_str(&format!(
-                "port {p}: tx_frames={} rx_frames={} dropped={}",
+                "port {p}: tx_frames={} rx_frames={} dropped={} tx_yields={} tx_backpressure={}",
                 c.tx_frames,
                 c.rx_frames,
-                c.dropped()
+                c.dropped(),
+                c.tx_yields,
+                c.tx_backpressure
             ));
             if let Some((rx, tx)) = self.handle.queue_counters(p) {
                 summary.push_str(&format!(
-                    " rx_kicks={} rx_notifications={} rx_held={} tx_notifications={} tx_kicks={} tx_poll_hits={} tx_poll_misses={}\n",
-                    rx.kicks, rx.notifications, rx.held, tx.notifications, tx.kicks, tx.poll_hits, tx.poll_misses
+                    " rx_kicks={} rx_notifications={} rx_suppressed={} rx_held={} rx_timer_fires={} tx_notifications={} tx_held={} tx_timer_fires={} tx_kicks={} tx_poll_hits={} tx_poll_misses={}",
+                    rx.kicks, rx.notifications, rx.suppressed, rx.held, rx.timer_fires, tx.notifications, tx.held, tx.timer_fires, tx.kicks, tx.poll_hits, tx.poll_misses
                 ));
             }
+            summary.push('\n');
         }
         if let Some(t) = self.thread.take() {
             let start = Instant::now();

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A/B of two `vmirq` binaries on issue 15's mix (setup 5 of scripts/net-moderation.sh by
+# default: separate queues, the bulk from the wire paced at 10 GbE line rate), alternated
+# A B A B ... so that the machine's noise hits both alike. Each netload call compares the
+# policies in MODS interleaved (the RTT ratio to `none` is a same-run ratio); the per-run
+# summaries and serve-net's per-port counters (tx_yields, rx_suppressed, ...) go to
+# $OUT.log, the ratio lines of every call to $OUT, and a last table to stdout.
+#
+#   A=bins/682660b/vmirq B=target/release/vmirq scripts/net-mix-ab.sh [ROUNDS] [REPEAT]
+#
+# Environment: A, B (binaries; B defaults to target/release/vmirq, no build), ROUNDS (3),
+# REPEAT (3 runs of each policy per call), SECONDS_PER_RUN (2), RATE_PPS (812744),
+# WORKLOAD (default the setup-5 mix), EXTRA (more netload arguments, default
+# "--ports 4 --sender wire"), EXTRA_A / EXTRA_B (arguments of one side only, e.g.
+# EXTRA_B="--napi queue" with A=B for an A/B of the client's NAPI model), MODS (default
+# "none dim-lat"), OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS="${1:-${ROUNDS:-3}}"
+REPEAT="${2:-${REPEAT:-3}}"
+A="${A:?A=path of the first vmirq binary}"
+B="${B:-target/release/vmirq}"
+SECS="${SECONDS_PER_RUN:-2}"
+RATE_PPS="${RATE_PPS:-812744}"
+WORKLOAD="${WORKLOAD:-mix:1514@$RATE_PPS+64/200}"
+read -r -a EXTRA_ARGS <<<"${EXTRA:---ports 4 --sender wire}"
+read -r -a MOD_NAMES <<<"${MODS:-none dim-lat}"
+read -r -a EXTRA_A_ARGS <<<"${EXTRA_A:-}"
+read -r -a EXTRA_B_ARGS <<<"${EXTRA_B:-}"
+OUT="${OUT:-crates/vmirq-net/results/$(date -u +%Y-%m-%d-%H%M)-mix-ab.txt}"
+for bin in "$A" "$B"; do
+    [ -x "$bin" ] || { echo "no binary $bin" >&2; exit 1; }
+done
+MODS_ARGS=()
+for m in "${MOD_NAMES[@]}"; do
+    MODS_ARGS+=(--vmirq-moderation "$m")
+done
+
+mkdir -p "$(dirname "$OUT")"
+: >"$OUT.log"
+{
+    echo "# mix A/B (scripts/net-mix-ab.sh): A=$A B=$B, $ROUNDS rounds of A then B, repeat $REPEAT, ${SECS} s per run"
+    echo "# workload $WORKLOAD ${EXTRA_ARGS[*]}; A adds: ${EXTRA_A:-nothing}; B adds: ${EXTRA_B:-nothing}; policies ${MOD_NAMES[*]}"
+    echo "# $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) CPUs; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$OUT"
+
+for r in $(seq 1 "$ROUNDS"); do
+    for side in A B; do
+        bin="$A"
+        side_args=("${EXTRA_A_ARGS[@]}")
+        if [ "$side" = B ]; then
+            bin="$B"
+            side_args=("${EXTRA_B_ARGS[@]}")
+        fi
+        echo "== round $r $side" >&2
+        {
+            echo
+            echo "## round $r $side ($bin); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+        } >>"$OUT"
+        echo "## round $r $side ($bin)" >>"$OUT.log"
+        "$bin" netload --peer vmirq --mode interrupt --repeat "$REPEAT" --seconds "$SECS" \
+            --workload "$WORKLOAD" "${EXTRA_ARGS[@]}" ${side_args[@]+"${side_args[@]}"} "${MODS_ARGS[@]}" \
+            2>>"$OUT.log" | tee -a "$OUT.log" | grep -E '^(mix|peer:|RTT p50|frames during msg|wakeup to msg|bulk interrupts|msg interrupts)| RTT p50 | bulk interrupts/packet ' >>"$OUT" || true
+    done
+done
+echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT"
+# The same-run RTT p50 ratios to `none`, per side.
+for side in A B; do
+    printf '%s: ' "$side"
+    awk -v s="$side" '/^## round/{cur=$4} cur==s && /RTT p50 \[interrupt\]/{printf "%s=%s ", $1, $5}' "$OUT"
+    echo
+done
+echo "results: $OUT (per-run summaries and counters: $OUT.log)" >&2
