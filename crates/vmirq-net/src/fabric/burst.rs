@@ -35,7 +35,7 @@ use std::sync::atomic::Ordering;
 use vhost_user_backend::VringT;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryMmap};
+use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::{DescTable, TableView};
 use vmirq_vhost::sigbus::revoked_in;
@@ -64,8 +64,6 @@ impl Taken {
 #[derive(Default)]
 pub(super) struct BurstScratch {
     taken: Vec<Taken>,
-    /// The heads popped for the burst, in ring order.
-    heads: Vec<u16>,
     /// Each taken chain's first bytes (`tx::scan_chain`): net header, Ethernet header,
     /// and a short frame whole (kept apart from `taken`, and reused, so that no frame
     /// moves these bytes around).
@@ -169,12 +167,9 @@ impl Fabric {
         );
         // The available ring translated once for the burst too.
         let avail = AvailView::new(q, mem);
-        // The burst's heads first (after the acquire load of the index that covers them),
-        // then their descriptors and buffers touched together, then each chain scanned.
-        b.heads.clear();
         for _ in 0..limit {
-            match avail.pop(q, mem) {
-                Ok(Some(head)) => b.heads.push(head),
+            let head = match avail.pop(q, mem) {
+                Ok(Some(head)) => head,
                 Ok(None) => break,
                 Err(e) => {
                     // The chains taken so far are valid and go on; the queue stops after.
@@ -183,10 +178,7 @@ impl Fabric {
                     b.broken = true;
                     break;
                 }
-            }
-        }
-        warm(from, &table, &b.heads);
-        for &head in &b.heads {
+            };
             let k = b.taken.len();
             if b.prefixes.len() <= k {
                 b.prefixes.push([0; COPY_LEN]);
@@ -458,21 +450,4 @@ impl Fabric {
         }
         back.finish(ctl, tx, mem, c)
     }
-}
-
-/// Read each head's descriptor and the first byte of its buffer (where [`scan_chain`]
-/// starts copying), discarding what was read: the driver wrote these lines on another CPU,
-/// and these loads do not depend on one another, so the CPU overlaps their cache misses,
-/// where the scan that follows would take them one chain after another (a descriptor, then
-/// the buffer it names). Only a one-descriptor chain's buffer is touched; nothing read
-/// here decides anything (the scan reads and checks everything again).
-#[inline]
-fn warm(from: &RegionCache<'_>, table: &TableView<'_>, heads: &[u16]) {
-    let mut sink = 0u8;
-    for &head in heads {
-        if let Some(s) = table.single(head).and_then(|d| from.get_slice(d.addr(), 1)) {
-            sink ^= s.load::<u8>(0, Ordering::Relaxed).unwrap_or(0);
-        }
-    }
-    std::hint::black_box(sink);
 }
