@@ -12,7 +12,6 @@ use vmirq_net::queues::Datapath;
 use vmirq_netload::frame::{self, Pattern};
 use vmirq_netload::port::{NetPort, PortConfig};
 use vmirq_netload::run::{run, Mode, RunConfig};
-use vmirq_netload::virtio_net::F_EVENT_IDX;
 use vmirq_netload::workload::Workload;
 use vmirq_policy::spec::WaitSpec;
 
@@ -134,62 +133,6 @@ fn jumbo_frames_are_copied_once_into_merged_buffers() {
     let hellos = b.rx_frames - received;
     assert_eq!(b.rx_buffers, 5 * received + hellos, "{b:?}");
     assert_eq!(server.handle.counters()[1].rx_buffers, b.rx_buffers);
-    for p in ports {
-        p.close().expect("rings stop");
-    }
-    server.stop();
-}
-
-fn connect_no_event_idx(path: &std::path::Path, i: usize, rx_queue_size: u16) -> NetPort {
-    let cfg = PortConfig {
-        rx_queue_size,
-        tx_queue_size: 256,
-        event_idx: false,
-        ..PortConfig::default()
-    };
-    let p = NetPort::connect(path, cfg, frame::port_mac(i), &Pattern::new())
-        .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"));
-    assert_eq!(p.features() & F_EVENT_IDX, 0, "EVENT_IDX negotiated");
-    p
-}
-
-/// A driver without EVENT_IDX (DPDK's virtio PMD, testpmd's loopback client) kicks on every
-/// receive refill unless the device sets VIRTQ_USED_F_NO_NOTIFY: the forwarding thread sets
-/// it while no source waits for room there (before, a polling client kicked about once per
-/// received frame at this rate, each kick an eventfd write and a worker wakeup), and arms
-/// the refill kick again when a source waits: a small receive ring loses nothing.
-#[test]
-fn receive_refills_kick_only_while_a_source_waits_without_event_idx() {
-    let server = common::start(2, |c| c.policies.datapath = Datapath::Pmd { cpu: None });
-    let mut ports = vec![
-        connect_no_event_idx(&server.sockets[0], 0, 512),
-        connect_no_event_idx(&server.sockets[1], 1, 512),
-    ];
-    let received = stream(&mut ports, Mode::Poll, 64, Some(50_000));
-    let (rx, _) = server.handle.queue_counters(1).expect("port 1");
-    let waits = server.handle.counters()[0].tx_backpressure;
-    let _ = writeln!(
-        std::io::stderr(),
-        "paced: {received} frames received, {} receive kicks, {waits} waits for room",
-        rx.kicks
-    );
-    assert!(received > 1_000);
-    assert!(
-        rx.kicks * 20 < received,
-        "{} receive kicks for {received} frames ({waits} waits for room)",
-        rx.kicks
-    );
-    for p in ports {
-        p.close().expect("rings stop");
-    }
-    // A 16-entry receive ring behind a 256-entry transmit ring at full rate: the source
-    // waits for room again and again; every frame still arrives, intact and in order.
-    let mut ports = vec![
-        connect_no_event_idx(&server.sockets[0], 0, 16),
-        connect_no_event_idx(&server.sockets[1], 1, 16),
-    ];
-    assert!(stream(&mut ports, Mode::Interrupt, 64, None) > 1_000);
-    let _ = writeln!(std::io::stderr(), "{:?}", server.handle.counters());
     for p in ports {
         p.close().expect("rings stop");
     }

@@ -1,16 +1,19 @@
-//! The per-port path's receive refill kicks with drivers without EVENT_IDX (DPDK's virtio
-//! PMD): such a driver kicks a receive queue after every refill unless the used ring's flags
-//! say VIRTQ_USED_F_NO_NOTIFY. The device needs those kicks only while a source waits for
-//! room there, so after each batch of deliveries into a queue no source waits on, the
-//! port workers set the flag; a source that finds no room clears it (the refill arm) and
-//! is woken by the next refill. Two workers deliver into one receive queue here: the
+//! Receive refill kicks with drivers without EVENT_IDX (DPDK's virtio PMD, testpmd's
+//! loopback client), on both data paths: such a driver kicks a receive queue after every
+//! refill unless the used ring's flags say VIRTQ_USED_F_NO_NOTIFY (each kick an eventfd
+//! write or a VM exit, and a wakeup here). The device needs those kicks only while a source
+//! waits for room there, so after delivering into a queue no source waits on, the data path
+//! sets the flag; a source that finds no room clears it (the refill arm) and is woken by the
+//! next refill. On the per-port path two workers deliver into one receive queue: the
 //! source's own, and the destination's, which drains the blocked source when its refill
-//! kick arrives; neither may leave the flag set while the other waits.
+//! kick arrives; neither may leave the flag set while the other waits. The pmd path's one
+//! forwarding thread sets it after each burst into a queue.
 
 mod common;
 
 use std::io::Write as _;
 use std::time::Duration;
+use vmirq_net::queues::Datapath;
 use vmirq_netload::frame::{self, Pattern};
 use vmirq_netload::port::{NetPort, PortConfig};
 use vmirq_netload::run::{run, Mode, RunConfig};
@@ -54,7 +57,16 @@ fn check_run(ports: &mut [NetPort], workload: Workload, mode: Mode) -> u64 {
 
 #[test]
 fn per_port_receive_refills_kick_only_while_a_source_waits_without_event_idx() {
-    let server = common::start(2, |_| {});
+    refills_kick_only_while_a_source_waits(Datapath::PerPort);
+}
+
+#[test]
+fn pmd_receive_refills_kick_only_while_a_source_waits_without_event_idx() {
+    refills_kick_only_while_a_source_waits(Datapath::Pmd { cpu: None });
+}
+
+fn refills_kick_only_while_a_source_waits(datapath: Datapath) {
+    let server = common::start(2, |c| c.policies.datapath = datapath);
     let mut ports = vec![
         connect_no_event_idx(&server.sockets[0], 0, 512),
         connect_no_event_idx(&server.sockets[1], 1, 512),
@@ -88,8 +100,9 @@ fn per_port_receive_refills_kick_only_while_a_source_waits_without_event_idx() {
         p.close().expect("rings stop");
     }
     // 16-entry receive rings behind 256-entry transmit rings at full rate: the source waits
-    // for room again and again, and the destination's worker drains it on each refill kick
-    // while the source's own worker drains it on transmit kicks; every frame still
+    // for room again and again (per-port: the destination's worker drains it on each refill
+    // kick while the source's own worker drains it on transmit kicks; pmd: the forwarding
+    // thread, woken by the refill kick if it sleeps); every frame still
     // arrives, intact and in order (a flag left set while a source waits would stall it
     // until the run's drain limit: lost frames).
     let mut ports = vec![
