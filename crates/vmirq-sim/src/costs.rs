@@ -86,6 +86,27 @@ pub struct Costs {
     /// instruction): on a host that emulates guest ring 0 the return to native ring 3 is a
     /// switch out of the emulator.
     pub irq_return_ns: Nanos,
+    /// Per-event spread of the measured exit costs (`this-host` profile v7 on): for each of
+    /// `doorbell_exit`, `running_irq_exit`, `irq_return` and `guest_irq_entry`, `_lo_ns` is
+    /// the primitive's p50 minus its minimum and `_hi_ns` its p90 minus its p50 (`vmirq kvm
+    /// exits` records min/p50/p90 of every loop). When either is non-zero, each charge of that
+    /// cost is drawn per event ([`spread_draw`]) instead of charged at its p50. 0 (every
+    /// era profile, v1-v6): the p50 every time, and no random number is drawn.
+    pub doorbell_exit_lo_ns: Nanos,
+    /// See [`Costs::doorbell_exit_lo_ns`].
+    pub doorbell_exit_hi_ns: Nanos,
+    /// See [`Costs::doorbell_exit_lo_ns`].
+    pub running_irq_exit_lo_ns: Nanos,
+    /// See [`Costs::doorbell_exit_lo_ns`].
+    pub running_irq_exit_hi_ns: Nanos,
+    /// See [`Costs::doorbell_exit_lo_ns`].
+    pub irq_return_lo_ns: Nanos,
+    /// See [`Costs::doorbell_exit_lo_ns`].
+    pub irq_return_hi_ns: Nanos,
+    /// See [`Costs::doorbell_exit_lo_ns`].
+    pub guest_irq_entry_lo_ns: Nanos,
+    /// See [`Costs::doorbell_exit_lo_ns`].
+    pub guest_irq_entry_hi_ns: Nanos,
     /// Extra wake latency of a host pCPU that idled long enough for its idle governor to
     /// pick a deeper state than after a short idle: with a measured deep state, the host
     /// idles in two states ([`crate::profiles::measured_states`]) and the menu-like
@@ -143,6 +164,14 @@ impl Default for Costs {
             doorbell_exit_ns: 0,
             running_irq_exit_ns: 0,
             irq_return_ns: 0,
+            doorbell_exit_lo_ns: 0,
+            doorbell_exit_hi_ns: 0,
+            running_irq_exit_lo_ns: 0,
+            running_irq_exit_hi_ns: 0,
+            irq_return_lo_ns: 0,
+            irq_return_hi_ns: 0,
+            guest_irq_entry_lo_ns: 0,
+            guest_irq_entry_hi_ns: 0,
             host_idle_deep_exit_ns: 0,
             host_idle_deep_residency_ns: 0,
             context_switch_ns: snb_cycles(4_250),
@@ -153,6 +182,20 @@ impl Default for Costs {
             sleeper_credit_ns: 12_000_000,
             tick_ns: 4_000_000,
         }
+    }
+}
+
+/// One charge of a cost with a measured spread: `u` is uniform in `[0, 1000)` (per mille).
+/// The inverse distribution is piecewise linear through the primitive's quantiles: `p50 -
+/// lo` at 0 (its minimum), `p50` at 500, `p50 + hi` at 900 (its p90), continued with the
+/// same slope to `p50 + 1.25 hi` at 1000 (the tail beyond p90, preemptions of the probe
+/// included, is not modelled). Integer arithmetic only.
+#[must_use]
+pub fn spread_draw(p50: Nanos, lo: Nanos, hi: Nanos, u: u64) -> Nanos {
+    if u < 500 {
+        p50.saturating_sub(lo * (500 - u) / 500)
+    } else {
+        p50 + hi * (u - 500) / 400
     }
 }
 
@@ -178,7 +221,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 24] = [
+pub const FIELDS: [&str; 32] = [
     "wrmsr_exit_ns",
     "exit_roundtrip_ns",
     "kick_ns",
@@ -194,6 +237,14 @@ pub const FIELDS: [&str; 24] = [
     "doorbell_exit_ns",
     "running_irq_exit_ns",
     "irq_return_ns",
+    "doorbell_exit_lo_ns",
+    "doorbell_exit_hi_ns",
+    "running_irq_exit_lo_ns",
+    "running_irq_exit_hi_ns",
+    "irq_return_lo_ns",
+    "irq_return_hi_ns",
+    "guest_irq_entry_lo_ns",
+    "guest_irq_entry_hi_ns",
     "host_idle_deep_exit_ns",
     "host_idle_deep_residency_ns",
     "context_switch_ns",
@@ -260,6 +311,19 @@ pub fn file_overrides(json: &str) -> Result<CostOverrides, CostsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_draw_follows_the_quantiles() {
+        assert_eq!(spread_draw(10_000, 2_000, 4_000, 0), 8_000);
+        assert_eq!(spread_draw(10_000, 2_000, 4_000, 250), 9_000);
+        assert_eq!(spread_draw(10_000, 2_000, 4_000, 500), 10_000);
+        assert_eq!(spread_draw(10_000, 2_000, 4_000, 900), 14_000);
+        assert_eq!(spread_draw(10_000, 2_000, 4_000, 999), 14_990);
+        // A spread below the p50 never goes under 0.
+        assert_eq!(spread_draw(1_000, 5_000, 0, 0), 0);
+        // No spread: always the p50.
+        assert!((0..1000).all(|u| spread_draw(7_000, 0, 0, u) == 7_000));
+    }
 
     #[test]
     fn cycles_convert_at_2_6_ghz() {

@@ -1,6 +1,18 @@
 #!/usr/bin/env python3
 """Build the vmirq-sim `this-host` costs (format vmirq-sim-costs-v1) from primitive
-measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] MEASURE_DIR > profile.json
+measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] MEASURE_DIR > profile.json
+
+--v7 (profile v7, eighth session, helper `simvar`): v6 plus the measured spread of the four
+exit costs the device path charges, from the same primitives' distributions (`vmirq kvm
+exits` records min/p50/p90 of every loop): for each, `_lo_ns` = p50 - min and `_hi_ns` =
+p90 - p50 of its primitive (per round; the profile takes the median over rounds):
+  doorbell_exit_{lo,hi}_ns     from exits doorbell_user3 raw_ns;
+  running_irq_exit_{lo,hi}_ns  from exits forced_irq.to_handler_ns;
+  irq_return_{lo,hi}_ns        from exits forced_irq.return_ns;
+  guest_irq_entry_{lo,hi}_ns   from exits irq_entry raw_ns.
+The model then charges each of these per event, drawn from a piecewise-linear distribution
+through (min, p50, p90) (vmirq-sim `costs::spread_draw`), not at the p50 every time. The
+p50s, and every other cost, are v6's.
 
 --v6 (profile v6, seventh session, helper `simdev`): v5 plus two primitives, each measured
 without the composites:
@@ -128,12 +140,13 @@ def main():
     args = sys.argv[1:]
     reentry = "--reentry" in args
     halt = "--halt" in args
-    v6 = "--v6" in args
+    v7 = "--v7" in args
+    v6 = "--v6" in args or v7
     v5 = "--v5" in args or v6
     v4 = "--v4" in args or v5
     if v4 and (reentry or halt):
         sys.exit("--v4/--v5 are v1's mapping plus primitives: no --reentry or --halt with them")
-    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6")][0]
+    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7")][0]
     rows = [json.loads(l) for l in open(os.path.join(d, "primitives.jsonl")) if l.strip()]
     exits = {}
     for p in sorted(glob.glob(os.path.join(d, "exits-*.json"))):
@@ -165,6 +178,13 @@ def main():
                            "doorbell_user3_ns", "cpuid_user3_ns",
                            "forced_to_handler_ns", "forced_return_ns", "forced_lost_ns",
                            "forced_handler_ns", "forced_arrival_ns"]}
+    spreads = {"doorbell_exit": ("op", "doorbell_user3", "raw_ns"),
+               "running_irq_exit": ("forced_irq", "to_handler_ns"),
+               "irq_return": ("forced_irq", "return_ns"),
+               "guest_irq_entry": ("op", "irq_entry", "raw_ns")}
+    for c in spreads:
+        per[f"{c}_lo_ns"] = []
+        per[f"{c}_hi_ns"] = []
     gaps = [20, 30, 50, 100]
     for g in gaps:
         for m in ("wake", "pollnotice", "timerfd"):
@@ -225,6 +245,17 @@ def main():
                                 and x["from"] == frm and x["to"] == to):
                             per[f"{m}_{g}_ns"].append(x["wake_ns"][0])
                             break
+        if v7:
+            for c, src in spreads.items():
+                if src[0] == "op":
+                    q = op(r, src[1])[src[2]]
+                else:
+                    f = exits[r].get(src[0])
+                    if not f:
+                        continue
+                    q = f[src[1]]
+                per[f"{c}_lo_ns"].append(q["p50"] - q["min"])
+                per[f"{c}_hi_ns"].append(q["p90"] - q["p50"])
         if reentry:
             per["reentry_penalty_ns"].append(exits[r]["reentry"]["penalty_ns"])
         if halt:
@@ -276,6 +307,10 @@ def main():
         costs["running_irq_exit_ns"] = max(0, s["forced_to_handler_ns"][0]
                                            - costs["guest_irq_entry_ns"])
         costs["irq_return_ns"] = max(0, s["forced_return_ns"][0] - insn)
+    if v7:
+        for c in spreads:
+            costs[f"{c}_lo_ns"] = s[f"{c}_lo_ns"][0]
+            costs[f"{c}_hi_ns"] = s[f"{c}_hi_ns"][0]
     dates = sorted(x["date"] for x in rows if x["round"] in rounds)
     loads = sorted((x["loadavg"] for x in rows if x["round"] in rounds), key=lambda s: float(s.split()[0]))
     out = {
@@ -317,6 +352,12 @@ def main():
                 "irq_return_ns": "exits forced_irq.return_ns p50 - insn (iretq to ring 3 beyond "
                                  "the one instruction isr_ns counts)"}
                if v6 else {}),
+            **({f"{c}_{side}_ns": (f"exits {'.'.join(src[1:]) if src[0] == 'op' else '.'.join(src)} "
+                                   + ("p50 - min" if side == "lo" else "p90 - p50")
+                                   + " (median over rounds; the per-event spread of "
+                                   + f"{c}_ns, vmirq-sim costs::spread_draw)")
+                for c, src in spreads.items() for side in ("lo", "hi")}
+               if v7 else {}),
             "not used": "exits hlt_wakeup_sleeping/hlt_wakeup_polling (composites to predict), "
                         "irq_inject (running vCPU), pio/mmio/hlt to user (no such path in "
                         "the scenarios); probes wake @30us, timerfd and signal are recorded only"

@@ -25,7 +25,7 @@ def main():
         # The input a cost is derived from, where its name differs from the cost's (v5).
         alias = {"guest_irq_entry_ns": "irq_entry_ns", "irqfd_inject_ns": "irqfd_write_ns",
                  "doorbell_exit_ns": "doorbell_user3_ns",
-                 "running_irq_exit_ns": ("forced_to_handler_ns" if "--v6" in flags
+                 "running_irq_exit_ns": ("forced_to_handler_ns" if ("--v6" in flags or "--v7" in flags)
                                          else "doorbell_user3_ns"),
                  "irq_return_ns": "forced_return_ns"}
         inp = (inputs.get(k) or inputs.get(alias.get(k, ""))

@@ -193,6 +193,10 @@ pub struct Core {
     pub metrics: Metrics,
     /// Workload randomness.
     pub rng: Rng,
+    /// Draws of the measured cost spreads (`Costs::doorbell_exit_lo_ns` and the like), a
+    /// stream of its own so that a profile without spreads draws nothing and one with
+    /// them shifts no workload or device draw.
+    pub spread_rng: Rng,
     /// The first timeslice of each pCPU ends at a random phase (set before
     /// [`Core::start_scheduler`]); otherwise all pCPUs switch in lockstep, which amounts
     /// to accidental gang scheduling of the VMs.
@@ -249,6 +253,7 @@ impl Core {
             nics: Vec::new(),
             metrics: Metrics::default(),
             rng: Rng::new(seed, 1),
+            spread_rng: Rng::new(seed, 11),
             stagger_slices: false,
             idle_states: crate::profiles::measured_states(&costs).into(),
             next_timer_ns: 4_000_000,
@@ -260,6 +265,16 @@ impl Core {
             host_sched_cfs: false,
             governor_iowait: false,
         }
+    }
+
+    /// One charge of a cost whose primitive's spread the profile gives (`lo`/`hi`, see
+    /// [`crate::costs::spread_draw`]); with no spread (both 0) the p50, and nothing drawn.
+    pub fn spread(&mut self, p50: Nanos, lo: Nanos, hi: Nanos) -> Nanos {
+        if lo == 0 && hi == 0 {
+            return p50;
+        }
+        self.metrics.count("cost_spread_draws");
+        crate::costs::spread_draw(p50, lo, hi, self.spread_rng.below(1000))
     }
 
     /// pCPU `p` has nothing to run: it idles, in the state the governor picks.

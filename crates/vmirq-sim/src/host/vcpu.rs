@@ -447,7 +447,12 @@ impl Core {
         let entry_ns = if self.bare() {
             self.costs.native_irq_entry_ns
         } else {
-            self.costs.guest_irq_entry_ns
+            let c = self.costs;
+            self.spread(
+                c.guest_irq_entry_ns,
+                c.guest_irq_entry_lo_ns,
+                c.guest_irq_entry_hi_ns,
+            )
         };
         let entry = Work {
             ns: entry_ns,
@@ -470,9 +475,14 @@ impl Core {
                 self.vcpus[v].work.push_front(entry);
                 if !self.bare() && !self.vcpus[v].guest.posted_interrupts {
                     self.metrics.count("exits_irq");
+                    let c = self.costs;
                     let inject = Work {
-                        ns: if self.costs.running_irq_exit_ns > 0 {
-                            self.costs.running_irq_exit_ns
+                        ns: if c.running_irq_exit_ns > 0 {
+                            self.spread(
+                                c.running_irq_exit_ns,
+                                c.running_irq_exit_lo_ns,
+                                c.running_irq_exit_hi_ns,
+                            )
                         } else {
                             self.costs.exit_roundtrip_ns
                         },

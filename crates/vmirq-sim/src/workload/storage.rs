@@ -149,7 +149,13 @@ impl Storage {
                     ..Self::reg_exit(core)
                 };
                 if core.costs.doorbell_exit_ns > 0 {
-                    kick.ns = core.costs.doorbell_exit_ns; // measured (this-host profiles)
+                    // measured (this-host profiles), per event from its spread (v7 on)
+                    let c = core.costs;
+                    kick.ns = core.spread(
+                        c.doorbell_exit_ns,
+                        c.doorbell_exit_lo_ns,
+                        c.doorbell_exit_hi_ns,
+                    );
                 }
                 if self.cfg.device_polls_ring {
                     // Published before the doorbell store: the polling device has it now.
@@ -186,12 +192,16 @@ impl Storage {
                     // The handler's `iretq` back to the interrupted code, beyond the one
                     // instruction `isr_ns` counts for it (interrupts stay masked until it
                     // is done).
+                    let c = core.costs;
+                    let ns = core.spread(c.irq_return_ns, c.irq_return_lo_ns, c.irq_return_hi_ns);
+                    let v = &mut core.vcpus[0];
                     v.work.push_front(Work {
-                        ns: core.costs.irq_return_ns,
+                        ns,
                         cat: Cat::Exit,
                         tag: Tag::Plain,
                     });
                 }
+                let v = &mut core.vcpus[0];
                 v.work.push_front(Work {
                     ns: self.cfg.isr_ns,
                     cat: Cat::Guest,
