@@ -164,26 +164,29 @@ pub fn run(fabric: &Fabric, pmd: &Pmd, stop: &AtomicBool, policies: &Policies, c
         pmd.queue.clone(),
     );
     let c = &pmd.counters;
+    // One pass; returns the chains it took and the clock after it (read once per pass:
+    // the start of an empty pass, the end of a busy one), which the poll window reuses.
     let pass = || {
         let t0 = now_ns();
         let n = fabric.pmd_pass(BURST);
         c.passes.fetch_add(1, Ordering::Relaxed);
         if n == 0 {
             c.idle_passes.fetch_add(1, Ordering::Relaxed);
-        } else {
-            c.chains.fetch_add(n as u64, Ordering::Relaxed);
-            let took = now_ns().saturating_sub(t0);
-            if took > PASS_SLOW_NS {
-                c.slow_passes.fetch_add(1, Ordering::Relaxed);
-            } else {
-                c.busy_ns.fetch_add(took, Ordering::Relaxed);
-            }
+            return (0, t0);
         }
-        n
+        c.chains.fetch_add(n as u64, Ordering::Relaxed);
+        let end = now_ns();
+        let took = end.saturating_sub(t0);
+        if took > PASS_SLOW_NS {
+            c.slow_passes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.busy_ns.fetch_add(took, Ordering::Relaxed);
+        }
+        (n, end)
     };
     fabric.pmd_kicks(false);
     'outer: while !stop.load(Ordering::Acquire) {
-        if pass() > 0 {
+        if pass().0 > 0 {
             continue;
         }
         if let PollStart::Poll(mut w) = poller.decide() {
@@ -191,11 +194,12 @@ pub fn run(fabric: &Fabric, pmd: &Pmd, stop: &AtomicBool, policies: &Policies, c
                 if stop.load(Ordering::Acquire) {
                     break 'outer;
                 }
-                if pass() > 0 {
-                    poller.hit(now_ns());
+                let (n, now) = pass();
+                if n > 0 {
+                    poller.hit(now);
                     continue 'outer;
                 }
-                if !poller.spin(&mut w, now_ns(), false) {
+                if !poller.spin(&mut w, now, false) {
                     break;
                 }
             }
