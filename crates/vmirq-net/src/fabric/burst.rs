@@ -371,12 +371,11 @@ impl Fabric {
             // this port's worker a wakeup). Under the RX vring lock, which every arm holds,
             // so an arm by another thread lands before (its mark is seen) or after this.
             let me = 1u64 << src;
-            if slot.blocked.load(Ordering::Acquire) & me != 0 {
-                slot.blocked.fetch_and(!me, Ordering::AcqRel);
+            let mut waiting = slot.blocked.load(Ordering::Acquire);
+            if waiting & me != 0 {
+                waiting = slot.blocked.fetch_and(!me, Ordering::AcqRel) & !me;
             }
-            if slot.blocked.load(Ordering::Acquire) == 0
-                && quiet_refill_kicks(rx.get_queue(), &*mem).is_err()
-            {
+            if waiting == 0 && quiet_refill_kicks(rx.get_queue(), &*mem).is_err() {
                 broken = true;
             }
         }
