@@ -22,7 +22,7 @@ pub struct MsgPath {
     pub wake_to_read: Histogram<u64>,
     /// Frames read from every port so far.
     read_total: u64,
-    /// (sequence, `read_total` when it was sent) of the requests in flight.
+    /// (sequence, `read_total` when it was sent) of the requests in flight, oldest first.
     marks: Vec<(u64, u64)>,
     /// Frames read from every port between sending each request and reading its response
     /// (recorded + 1).
@@ -85,10 +85,13 @@ impl MsgPath {
         let _ = self
             .wake_to_read
             .record(now_ns.saturating_sub(self.woke_ns).max(1));
-        if let Some(i) = self.marks.iter().position(|&(s, _)| s == seq) {
-            let (_, mark) = self.marks.swap_remove(i);
+        if let Some(&(_, mark)) = self.marks.iter().find(|&&(s, _)| s == seq) {
             let _ = self.in_flight.record(index.saturating_sub(mark) + 1);
         }
+        // Responses come back in order on one path: an earlier request still marked lost
+        // its response (a dropped frame), so its mark goes too and the list stays as long
+        // as the requests in flight.
+        self.marks.retain(|&(s, _)| s > seq);
     }
 
     /// Forget request `seq` (its response came outside the measured window).
@@ -139,5 +142,19 @@ mod tests {
         let lag = m.wake_to_read.value_at_quantile(0.5);
         assert!(m.wake_to_read.equivalent(lag, 20_000), "{lag}");
         assert_eq!(m.position(5), 0, "no such port");
+    }
+
+    #[test]
+    fn a_request_whose_response_was_lost_is_forgotten_at_a_later_response() {
+        let mut m = MsgPath::new(1).expect("histograms");
+        for seq in 1..=1_000 {
+            m.request(seq);
+        }
+        m.read(0, 4, true);
+        m.request(1_001);
+        // Requests 1..=1000 lost their responses; 1001's comes back.
+        m.response(1_001, m.read_total(), 0, 5_000);
+        assert_eq!(m.in_flight_quantile(0.5), Some(0));
+        assert!(m.marks.is_empty(), "{} marks left", m.marks.len());
     }
 }
