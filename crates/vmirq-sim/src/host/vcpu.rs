@@ -567,7 +567,6 @@ impl Core {
         }
     }
 
-    /// Put the unfinished part of the current work item back at the queue front.
     /// The guest's device interrupt handler returned (`iretq`, IF = 1 again): the device
     /// interrupt that arrived meanwhile, if any, is delivered now (as to a running vCPU).
     ///
@@ -581,6 +580,7 @@ impl Core {
         }
     }
 
+    /// Put the unfinished part of the current work item back at the queue front.
     pub(super) fn preempt_work(&mut self, v: VcpuId) {
         let now = self.now();
         if let Some(cur) = self.vcpus[v].cur.take() {
