@@ -259,15 +259,23 @@ impl<'a> Engine<'a> {
     /// The ports of `fds` whose bit is set in `ready` were signalled: read their eventfds
     /// and, with `Napi::Queue`, schedule their receive contexts (callbacks off).
     fn schedule(&mut self, fds: &[(usize, bool, RawFd)], ready: u64) -> Result<()> {
-        let per_queue = self.per_queue();
         for (bit, &(i, tx, _)) in fds.iter().enumerate() {
             if ready & (1 << bit) != 0 {
                 self.ports[i].take_call(tx);
-                if per_queue && !tx && !self.scheduled[i] {
-                    self.scheduled[i] = true;
-                    self.ports[i].rx_disable_cb().map_err(port_err(i))?;
+                if !tx {
+                    self.rx_signalled(i)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Port `i`'s receive queue signalled: with `Napi::Queue` its context is scheduled
+    /// (callbacks off) unless it already is; with `Napi::All` every round reads it anyway.
+    fn rx_signalled(&mut self, i: usize) -> Result<()> {
+        if self.per_queue() && !self.scheduled[i] {
+            self.scheduled[i] = true;
+            self.ports[i].rx_disable_cb().map_err(port_err(i))?;
         }
         Ok(())
     }
@@ -583,17 +591,15 @@ impl<'a> Engine<'a> {
             backend_cpu_ns: self.cfg.backend_pid.and_then(os::process_cpu_ns),
             ..Snapshot::default()
         };
-        let per_queue = self.per_queue();
-        for (i, p) in self.ports.iter_mut().enumerate() {
+        for i in 0..self.ports.len() {
             // Counting reads the call eventfds: a signal not yet seen schedules its
             // queue here (per queue it would be lost, and the queue's flow would stall).
-            let (rx_calls, _) = p.take_calls();
-            if per_queue && rx_calls > 0 && !self.scheduled[i] {
-                self.scheduled[i] = true;
+            let (rx_calls, _) = self.ports[i].take_calls();
+            if rx_calls > 0 {
                 // Only a layout bug fails here; the next poll reads the ring either way.
-                let _ = p.rx_disable_cb();
+                let _ = self.rx_signalled(i);
             }
-            let c = p.counters();
+            let c = self.ports[i].counters();
             s.port_calls.push(c.rx_calls + c.tx_calls);
             add_counters(&mut s.ports, &c);
         }
