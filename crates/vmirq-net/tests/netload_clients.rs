@@ -155,13 +155,13 @@ fn jumbo_frames_are_merged_from_several_receive_buffers() {
     server.stop();
 }
 
-#[test]
-fn a_count_policy_holds_receive_interrupts_until_its_timer() {
-    // One frame in flight at a time: every receive completion waits for the hold timer.
+/// Ping-pong at depth 1 between two ports whose receive completions the device holds for
+/// its 500 µs timer (`count:usecs=500,frames=8`), in interrupt mode.
+fn held_ping_pong() -> (common::Running, Vec<NetPort>, RunConfig) {
     let server = common::start(2, |c| {
         c.policies.moderation = "count:usecs=500,frames=8".parse().expect("spec");
     });
-    let mut ports = vec![
+    let ports = vec![
         connect(&server.sockets[0], 0, 1514),
         connect(&server.sockets[1], 1, 1514),
     ];
@@ -169,7 +169,14 @@ fn a_count_policy_holds_receive_interrupts_until_its_timer() {
         frame_len: 64,
         depth: 1,
     };
-    let r = run(&mut ports, &run_cfg(rr, Mode::Interrupt, 300)).expect("rr runs");
+    (server, ports, run_cfg(rr, Mode::Interrupt, 300))
+}
+
+#[test]
+fn a_count_policy_holds_receive_interrupts_until_its_timer() {
+    // One frame in flight at a time: every receive completion waits for the hold timer.
+    let (server, mut ports, cfg) = held_ping_pong();
+    let r = run(&mut ports, &cfg).expect("rr runs");
     assert_clean(&r);
     let t = r.rr.expect("rr report");
     assert!(t.transactions >= 10, "{}", r.summary());
@@ -196,18 +203,7 @@ fn a_per_queue_napi_client_reads_each_held_frame_after_its_own_interrupt() {
     // (Linux virtio-net's per-queue NAPI): a frame the device holds is not read early
     // because another port's signal woke the client, so request and response each wait for
     // their own hold and take their own interrupt.
-    let server = common::start(2, |c| {
-        c.policies.moderation = "count:usecs=500,frames=8".parse().expect("spec");
-    });
-    let mut ports = vec![
-        connect(&server.sockets[0], 0, 1514),
-        connect(&server.sockets[1], 1, 1514),
-    ];
-    let rr = Workload::Rr {
-        frame_len: 64,
-        depth: 1,
-    };
-    let mut cfg = run_cfg(rr, Mode::Interrupt, 300);
+    let (server, mut ports, mut cfg) = held_ping_pong();
     cfg.napi = Napi::Queue;
     let r = run(&mut ports, &cfg).expect("rr runs");
     assert_clean(&r);
