@@ -40,10 +40,7 @@ fn measure(ports: &mut [NetPort], workload: Workload, measure_ms: u64) -> Report
     cfg.measure = Duration::from_millis(measure_ms);
     cfg.drain_max = Duration::from_secs(2);
     let r = run(ports, &cfg).expect("workload runs");
-    let _ = writeln!(std::io::stderr(), "{}", r.summary());
-    assert_eq!(r.lost(), 0, "lost frames: {}", r.summary());
-    assert_eq!(r.frame_errors.total(), 0, "frame errors: {}", r.summary());
-    assert_eq!(r.faults.total(), 0, "device faults: {}", r.summary());
+    common::assert_clean(&r);
     r
 }
 

@@ -9,7 +9,7 @@ use std::io::Write as _;
 use std::time::Duration;
 use vmirq_netload::frame::{self, Pattern};
 use vmirq_netload::port::{NetPort, PortConfig};
-use vmirq_netload::run::{run, Mode, Napi, Report, RunConfig};
+use vmirq_netload::run::{run, Mode, Napi, RunConfig};
 use vmirq_netload::workload::Workload;
 
 fn port_config(frame_max: u32) -> PortConfig {
@@ -29,13 +29,6 @@ fn run_cfg(workload: Workload, mode: Mode, measure_ms: u64) -> RunConfig {
     cfg
 }
 
-fn assert_clean(r: &Report) {
-    let _ = writeln!(std::io::stderr(), "{}", r.summary());
-    assert_eq!(r.lost(), 0, "lost frames: {}", r.summary());
-    assert_eq!(r.frame_errors.total(), 0, "frame errors: {}", r.summary());
-    assert_eq!(r.faults.total(), 0, "device faults: {}", r.summary());
-}
-
 fn connect(path: &std::path::Path, i: usize, frame_max: u32) -> NetPort {
     NetPort::connect(
         path,
@@ -52,7 +45,7 @@ fn exchange(ports: &mut [NetPort], mode: Mode) {
         rate_pps: Some(20_000),
     };
     let r = run(ports, &run_cfg(stream, mode, 400)).expect("stream runs");
-    assert_clean(&r);
+    common::assert_clean(&r);
     let b = r.bulk.expect("bulk report");
     assert_eq!(b.out_of_order, 0);
     assert_eq!(b.sent, b.received);
@@ -65,7 +58,7 @@ fn exchange(ports: &mut [NetPort], mode: Mode) {
         depth: 1,
     };
     let r = run(ports, &run_cfg(rr, mode, 300)).expect("rr runs");
-    assert_clean(&r);
+    common::assert_clean(&r);
     let t = r.rr.expect("rr report");
     assert!(
         t.transactions >= 10,
@@ -140,7 +133,7 @@ fn jumbo_frames_are_merged_from_several_receive_buffers() {
         rate_pps: Some(5_000),
     };
     let r = run(&mut ports, &run_cfg(stream, Mode::Interrupt, 400)).expect("runs");
-    assert_clean(&r);
+    common::assert_clean(&r);
     let bulk = r.bulk.expect("bulk report");
     assert!(bulk.received > 500, "{}", r.summary());
     let b = ports[1].counters();
@@ -177,7 +170,7 @@ fn a_count_policy_holds_receive_interrupts_until_its_timer() {
     // One frame in flight at a time: every receive completion waits for the hold timer.
     let (server, mut ports, cfg) = held_ping_pong();
     let r = run(&mut ports, &cfg).expect("rr runs");
-    assert_clean(&r);
+    common::assert_clean(&r);
     let t = r.rr.expect("rr report");
     assert!(t.transactions >= 10, "{}", r.summary());
     // Request and response are each held 500 µs, but holding delays only the interrupt:
@@ -206,7 +199,7 @@ fn a_per_queue_napi_client_reads_each_held_frame_after_its_own_interrupt() {
     let (server, mut ports, mut cfg) = held_ping_pong();
     cfg.napi = Napi::Queue;
     let r = run(&mut ports, &cfg).expect("rr runs");
-    assert_clean(&r);
+    common::assert_clean(&r);
     let t = r.rr.expect("rr report");
     assert!(t.transactions >= 10, "{}", r.summary());
     // Two signals per transaction (the window's edges may cut one transaction short):

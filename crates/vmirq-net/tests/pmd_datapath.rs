@@ -42,10 +42,7 @@ fn stream(ports: &mut [NetPort], mode: Mode, frame_len: u32, rate_pps: Option<u6
     cfg.measure = Duration::from_millis(300);
     cfg.drain_max = Duration::from_secs(2);
     let r = run(ports, &cfg).expect("stream runs");
-    let _ = writeln!(std::io::stderr(), "{}", r.summary());
-    assert_eq!(r.lost(), 0, "lost frames: {}", r.summary());
-    assert_eq!(r.frame_errors.total(), 0, "frame errors: {}", r.summary());
-    assert_eq!(r.faults.total(), 0, "device faults: {}", r.summary());
+    common::assert_clean(&r);
     let b = r.bulk.expect("bulk report");
     assert_eq!(b.sent, b.received);
     assert_eq!(b.out_of_order, 0);

@@ -41,10 +41,7 @@ fn check_run(ports: &mut [NetPort], workload: Workload, mode: Mode) -> u64 {
     cfg.measure = Duration::from_millis(300);
     cfg.drain_max = Duration::from_secs(2);
     let r = run(ports, &cfg).expect("workload runs");
-    let _ = writeln!(std::io::stderr(), "{}", r.summary());
-    assert_eq!(r.lost(), 0, "lost frames: {}", r.summary());
-    assert_eq!(r.frame_errors.total(), 0, "frame errors: {}", r.summary());
-    assert_eq!(r.faults.total(), 0, "device faults: {}", r.summary());
+    common::assert_clean(&r);
     if let Some(rr) = r.rr {
         assert_eq!(rr.unexpected, 0, "{}", r.summary());
         return rr.transactions;

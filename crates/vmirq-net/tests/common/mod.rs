@@ -122,3 +122,13 @@ pub fn ctrl_command(
     assert_eq!(used.len(), 1, "command answered");
     (used[0].1, s.queues[usize::from(ctrl)].guest.byte_at(ack))
 }
+
+/// A client run ended clean: no frame lost, none malformed, no device fault (the run's
+/// summary goes to stderr either way).
+pub fn assert_clean(r: &vmirq_netload::run::Report) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{}", r.summary());
+    assert_eq!(r.lost(), 0, "lost frames: {}", r.summary());
+    assert_eq!(r.frame_errors.total(), 0, "frame errors: {}", r.summary());
+    assert_eq!(r.faults.total(), 0, "device faults: {}", r.summary());
+}
