@@ -2,9 +2,10 @@
 //! that negotiates it may rely on buffers being used in the order they were made
 //! available. Checked on both data paths with heads offered in a scrambled order (the
 //! device reads each head from the available ring, whatever the order), a transmit chain
-//! that is dropped (its used entry still in its place), and a receive queue that runs out
-//! of buffers mid-burst (the frames that found no room wait in the source's ring and go
-//! out, in order, after the refill).
+//! that is dropped and a receive buffer the device cannot write (each used with length 0
+//! in its place; the frame that met the bad buffer is dropped), and a receive queue that
+//! runs out of buffers mid-burst (the frames that found no room wait in the source's ring
+//! and go out, in order, after the refill).
 
 // Packet lengths and tags here are small constants: the casts cannot truncate.
 #![allow(clippy::cast_possible_truncation)]
@@ -24,9 +25,14 @@ const TX_BUF: u64 = DATA + 64 * 1024;
 /// Transmit heads in the order the driver offers them; head 6 is device-writable (dropped).
 const TX_ORDER: [u16; 8] = [3, 0, 6, 1, 7, 2, 5, 4];
 const TX_BAD: u16 = 6;
-/// Receive heads offered before the transmit burst (room for three frames) and after it.
-const RX_FIRST: [u16; 3] = [5, 2, 7];
-const RX_LATER: [u16; 5] = [1, 0, 4, 3, 6];
+/// Receive heads offered before the transmit burst (head 2 read-only: room for three
+/// frames) and after it.
+const RX_FIRST: [u16; 4] = [5, 2, 7, 1];
+const RX_BAD: u16 = 2;
+const RX_LATER: [u16; 3] = [0, 4, 3];
+/// The transmit chains whose frames arrive: not the dropped one, nor the one that met the
+/// bad receive buffer (the second chain).
+const ARRIVING: [u16; 6] = [3, 1, 7, 2, 5, 4];
 
 /// A net header (no offloads) and a frame of [`LEN`] bytes whose payload is `tag`.
 fn packet(tag: u8) -> Vec<u8> {
@@ -40,7 +46,8 @@ fn packet(tag: u8) -> Vec<u8> {
 
 fn post_rx(port: &mut RawPort, heads: &[u16]) {
     for &i in heads {
-        port.desc(RX, i, DATA + u64::from(i) * 2048, 2048, F_WRITE, 0);
+        let flags = if i == RX_BAD { 0 } else { F_WRITE };
+        port.desc(RX, i, DATA + u64::from(i) * 2048, 2048, flags, 0);
         port.offer(RX, i);
     }
 }
@@ -73,20 +80,20 @@ fn buffers_are_used_in_the_order_they_were_made_available_on(datapath: Datapath)
     for &head in &TX_ORDER {
         p0.offer(TX, head);
     }
-    // Three frames find room (3, 0, then 1 after the dropped 6); 7 finds none and waits
-    // with every chain after it.
-    assert!(p1.wait_used(RX, 3), "three frames delivered");
-    assert!(p0.wait_used(TX, 4), "four transmit chains completed");
+    // 3 goes into 5, 0 meets the bad buffer 2 (dropped), 6 is dropped, 1 goes into 7 and 7
+    // into 1; 2 finds no room and waits with every chain after it.
+    assert!(p1.wait_used(RX, 4), "four receive buffers used");
+    assert!(p0.wait_used(TX, 5), "five transmit chains completed");
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(
         p0.used_idx(TX),
-        4,
+        5,
         "no chain after the one that found no room"
     );
-    assert_eq!(used_ids(&p0, TX, 0, 4), TX_ORDER[..4]);
+    assert_eq!(used_ids(&p0, TX, 0, 5), TX_ORDER[..5]);
     post_rx(&mut p1, &RX_LATER);
     assert!(p0.wait_used(TX, 8), "every transmit chain completed");
-    assert!(p1.wait_used(RX, 7), "every good frame delivered");
+    assert!(p1.wait_used(RX, 7), "every receive buffer used");
     assert_eq!(
         used_ids(&p0, TX, 0, 8),
         TX_ORDER,
@@ -95,17 +102,25 @@ fn buffers_are_used_in_the_order_they_were_made_available_on(datapath: Datapath)
     let rx_order: Vec<u16> = RX_FIRST.iter().chain(&RX_LATER).copied().collect();
     assert_eq!(
         used_ids(&p1, RX, 0, 7),
-        rx_order[..7],
+        rx_order,
         "receive buffers used in order"
     );
-    // The frames in the receive buffers are the good transmit chains, in ring order.
-    let good = TX_ORDER.iter().filter(|&&h| h != TX_BAD);
-    for (n, &head) in good.enumerate() {
-        let (id, len) = p1.used(RX, n as u16);
+    // The bad buffer came back empty; the others hold the arriving frames in ring order.
+    let mut arriving = ARRIVING.iter();
+    for n in 0..7u16 {
+        let (id, len) = p1.used(RX, n);
+        if id == u32::from(RX_BAD) {
+            assert_eq!(len, 0, "the unwritable buffer is used with length 0");
+            continue;
+        }
+        let head = *arriving.next().expect("one frame per good buffer");
         assert_eq!(len as usize, HDR_LEN + LEN, "entry {n}");
         let got = p1.read(DATA + u64::from(id) * 2048, HDR_LEN + LEN);
         assert_eq!(got[HDR_LEN..], packet(head as u8)[HDR_LEN..], "entry {n}");
     }
+    assert_eq!(arriving.next(), None);
+    let c = server.handle.counters();
+    assert_eq!((c[0].tx_bad_chain, c[1].rx_bad_chain), (1, 1), "{c:?}");
     p0.close();
     p1.close();
     server.stop();
