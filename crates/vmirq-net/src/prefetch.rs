@@ -9,6 +9,25 @@
 //! A prefetch is a hint: it reads nothing into the program, changes no state a program
 //! can see, and does not fault, whatever the address. On other targets it does nothing.
 
+use crate::rings::AvailView;
+use virtio_queue::Queue;
+use vmirq_vhost::chain::TableView;
+
+/// Prefetch the descriptors of the chains after `q`'s next one that `avail` already copied
+/// out of its ring (at most `limit`).
+#[inline]
+pub fn descs(avail: &AvailView<'_>, q: &Queue, table: &TableView<'_>, limit: usize) {
+    let limit = u16::try_from(limit).unwrap_or(u16::MAX);
+    for k in 0..limit {
+        let Some(head) = avail.copied_ahead(q, k) else {
+            break;
+        };
+        if let Some(p) = table.entry_hint(head) {
+            at(p);
+        }
+    }
+}
+
 /// Bring the cache lines holding the `len` bytes from `p` on (any address: see the module
 /// docs).
 #[inline(always)]

@@ -35,7 +35,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use vhost_user_backend::VringT;
 use virtio_queue::desc::split::Descriptor;
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::QueueT;
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::{DescTable, TableView};
@@ -87,21 +87,6 @@ struct RunEnd {
     consumed: usize,
     /// The next frame found no room: stop the source.
     blocked: bool,
-}
-
-/// Prefetch the descriptors of the chains after `q`'s next one already copied out of its
-/// available ring (at most `limit`).
-#[inline]
-fn prefetch_descs(avail: &AvailView<'_>, q: &Queue, table: &TableView<'_>, limit: usize) {
-    let limit = u16::try_from(limit).unwrap_or(u16::MAX);
-    for k in 0..limit {
-        let Some(head) = avail.copied_ahead(q, k) else {
-            break;
-        };
-        if let Some(p) = table.entry_hint(head) {
-            prefetch::at(p);
-        }
-    }
 }
 
 /// Prefetch the lines [`scan_chain`] copies out of chain `head`'s first descriptor (a
@@ -214,7 +199,7 @@ impl Fabric {
             // Prefetch (crate::prefetch): after the first head (which copied up to a burst of
             // heads out of the ring), every copied chain's descriptor.
             if n == 0 {
-                prefetch_descs(&avail, q, &table, limit);
+                prefetch::descs(&avail, q, &table, limit);
             }
             let k = b.taken.len();
             if b.prefixes.len() <= k {
@@ -338,6 +323,7 @@ impl Fabric {
         let mut broken = false;
         // Counted once for the run (one atomic add per counter, not per frame).
         let mut sum = [0u64; 3]; // frames, bytes, buffers
+        let (first, end_k) = (run.start, run.end);
         for k in run {
             let t = &b.taken[k];
             if broken {
@@ -354,6 +340,12 @@ impl Fabric {
             };
             let q = rx.get_queue_mut();
             let mut out = stage(q, &mem, &table, frame, mrg, &mut b.rx, &mut b.used);
+            if k == first {
+                // The first frame copied the receive heads out of the ring: their
+                // descriptors (the driver's refill wrote them) are on their way while the
+                // next frames are written.
+                table.prefetch_descs(rx.get_queue(), end_k - first);
+            }
             if out == RxOutcome::NoRoom {
                 // Mark before arming, so that a refill after the arm finds the mark; then
                 // always look once more (buffers added between the failed staging and the
