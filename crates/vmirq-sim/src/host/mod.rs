@@ -218,6 +218,9 @@ pub struct Core {
     /// Assigned-device MSIs are injected from a host IRQ thread (`crate::era`): one more
     /// host context switch before the injection.
     pub assigned_irq_thread: bool,
+    /// Assigned-device MSIs are taken on another host CPU than the vCPU's, which idles
+    /// between them under its own governor (`crate::era`).
+    pub assigned_irq_remote: bool,
     /// A fully preemptible host kernel (`CONFIG_PREEMPT`): a vCPU thread is preempted even
     /// inside an exit. False (the default): `CONFIG_PREEMPT_VOLUNTARY`, preemption waits for
     /// the end of the exit.
@@ -261,6 +264,7 @@ impl Core {
             eoi_exit: false,
             vcpu_reload_ns: 0,
             assigned_irq_thread: false,
+            assigned_irq_remote: false,
             host_preempt_full: false,
             host_sched_cfs: false,
             governor_iowait: false,
