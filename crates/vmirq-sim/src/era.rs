@@ -40,6 +40,12 @@ pub struct Era {
     /// affinity mask (the default mask is every CPU, so CPU 0), and a threaded handler's
     /// thread follows its IRQ's affinity (`irq_thread_check_affinity`).
     pub assigned_irq_remote: bool,
+    /// The host's menu governor predicts, without a typical interval, the next timer
+    /// times its correction factor (Linux `drivers/cpuidle/governors/menu.c`,
+    /// `correction_factor[bucket]`, updated in `menu_update`), not the bare next timer.
+    /// A property of menu in every era; on for the named profiles, off for a `this-host`
+    /// profile (its predictions were committed with the previous governor).
+    pub menu_correction: bool,
     /// Where the numbers come from.
     pub about: &'static str,
 }
@@ -72,6 +78,7 @@ pub const ERAS: &[Era] = &[
         vcpu_reload_ns: 0,
         assigned_irq_thread: true,
         assigned_irq_remote: true,
+        menu_correction: true,
         about: "refill: SplitX's bound, measured on Nehalem (Westmere is its 32 nm shrink, \
                 same per-core caches); EOI exits: no APICv (Westmere has none) and no PV EOI \
                 (guest side merged June 2012, Linux 3.6, commit ab9cf4996bb9 'KVM guest: \
@@ -80,7 +87,8 @@ pub const ERAS: &[Era] = &[
                 assigned-device MSIs: virt/kvm/assigned-dev.c of that era injects them from \
                 the IRQ thread (request_threaded_irq, hard handler returns IRQ_WAKE_THREAD), \
                 on host CPU 0, not the vCPU's: arch/x86/kernel/apic/apic_flat_64.c physflat \
-                (more than 8 CPUs) sends an IRQ to the first CPU of its default all-CPU mask",
+                (more than 8 CPUs) sends an IRQ to the first CPU of its default all-CPU mask; \
+                governor: menu's correction factor (drivers/cpuidle/governors/menu.c)",
     },
     Era {
         profile: "sandybridge-2015",
@@ -89,6 +97,7 @@ pub const ERAS: &[Era] = &[
         vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
         assigned_irq_thread: false,
         assigned_irq_remote: false,
+        menu_correction: true,
         about: "refill: SplitX's Nehalem bound, carried over unchanged (Sandy Bridge keeps \
                 the per-core L1/L2 sizes; an extrapolation); EOI: a 2015 guest (Linux >= 3.6) \
                 uses PV EOI, and the talk's per-transaction exit count (~9.6 MSR writes = \
@@ -102,6 +111,7 @@ pub const ERAS: &[Era] = &[
         vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
         assigned_irq_thread: false,
         assigned_irq_remote: false,
+        menu_correction: true,
         about: "as sandybridge-2015",
     },
     Era {
@@ -111,6 +121,7 @@ pub const ERAS: &[Era] = &[
         vcpu_reload_ns: 0,
         assigned_irq_thread: false,
         assigned_irq_remote: false,
+        menu_correction: true,
         about: "refill as sandybridge-2015 (an extrapolation); no EOI exit: Haswell-EP has \
                 APICv (first shipped with Ivy Bridge-EP; from memory, not in the references)",
     },
@@ -129,6 +140,7 @@ pub fn era(name: &str) -> Era {
             vcpu_reload_ns: 0,
             assigned_irq_thread: false,
             assigned_irq_remote: false,
+            menu_correction: false,
             about: "",
         })
 }
@@ -161,5 +173,7 @@ mod tests {
         assert!(era("westmere-2012").assigned_irq_remote);
         assert!(!none.assigned_irq_remote);
         assert!(!era("haswell").assigned_irq_remote);
+        assert!(ERAS.iter().all(|e| e.menu_correction));
+        assert!(!none.menu_correction);
     }
 }

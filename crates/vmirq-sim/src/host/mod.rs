@@ -231,6 +231,9 @@ pub struct Core {
     /// The governor's multiplier counts I/O waiters (menu's `10 * nr_iowait_cpu`); false:
     /// multiplier 1 (the model before the sixth session of issue 16).
     pub governor_iowait: bool,
+    /// The governor's fallback prediction is the next timer times menu's correction factor
+    /// (`crate::era`); false: the bare next timer (before the eighth session of issue 16).
+    pub governor_correction: bool,
 }
 
 /// Result alias of the host model.
@@ -268,6 +271,7 @@ impl Core {
             host_preempt_full: false,
             host_sched_cfs: false,
             governor_iowait: false,
+            governor_correction: false,
         }
     }
 
@@ -293,9 +297,12 @@ impl Core {
         } else {
             1
         };
-        let i = self.pcpus[p]
-            .gov
-            .select(&self.idle_states, self.next_timer_ns, mult);
+        let i = self.pcpus[p].gov.select(
+            &self.idle_states,
+            self.next_timer_ns,
+            mult,
+            self.governor_correction,
+        );
         self.pcpus[p].gov.idle = Some((now, i));
         // Entries per state index of the profile's table (0 = shallowest).
         self.metrics.count(match i {

@@ -99,7 +99,12 @@ impl IrqCpu {
         if core.idle_states.is_empty() {
             return;
         }
-        let i = self.gov.select(&core.idle_states, core.next_timer_ns, 1);
+        let i = self.gov.select(
+            &core.idle_states,
+            core.next_timer_ns,
+            1,
+            core.governor_correction,
+        );
         self.gov.idle = Some((core.now(), i));
         core.metrics.count(match i {
             0 => "irq_cpu_idle_state0",
