@@ -33,6 +33,19 @@ pub struct Era {
     /// `IRQ_WAKE_THREAD`, `kvm_assigned_dev_thread_msix` calls `kvm_set_irq`): one more host
     /// context switch before the injection.
     pub assigned_irq_thread: bool,
+    /// An assigned device's MSI is taken (and its IRQ thread runs) on another host CPU
+    /// than the vCPU's, which idles between interrupts in the state its own governor picks:
+    /// with more than 8 CPUs Linux x86 of that era uses the `physflat` APIC driver, whose
+    /// `physflat_cpu_mask_to_apicid_and` sends an IRQ to the first online CPU of its
+    /// affinity mask (the default mask is every CPU, so CPU 0), and a threaded handler's
+    /// thread follows its IRQ's affinity (`irq_thread_check_affinity`).
+    pub assigned_irq_remote: bool,
+    /// The host's menu governor predicts, without a typical interval, the next timer
+    /// times its correction factor (Linux `drivers/cpuidle/governors/menu.c`,
+    /// `correction_factor[bucket]`, updated in `menu_update`), not the bare next timer.
+    /// A property of menu in every era; on for the named profiles, off for a `this-host`
+    /// profile (its predictions were committed with the previous governor).
+    pub menu_correction: bool,
     /// Where the numbers come from.
     pub about: &'static str,
 }
@@ -64,13 +77,18 @@ pub const ERAS: &[Era] = &[
         eoi_exit: true,
         vcpu_reload_ns: 0,
         assigned_irq_thread: true,
+        assigned_irq_remote: true,
+        menu_correction: true,
         about: "refill: SplitX's bound, measured on Nehalem (Westmere is its 32 nm shrink, \
                 same per-core caches); EOI exits: no APICv (Westmere has none) and no PV EOI \
                 (guest side merged June 2012, Linux 3.6, commit ab9cf4996bb9 'KVM guest: \
                 guest side for eoi avoidance', after FAST'12); ELI (ASPLOS 2012) removes \
                 exactly this exit by letting the guest write the x2APIC EOI MSR directly; \
                 assigned-device MSIs: virt/kvm/assigned-dev.c of that era injects them from \
-                the IRQ thread (request_threaded_irq, hard handler returns IRQ_WAKE_THREAD)",
+                the IRQ thread (request_threaded_irq, hard handler returns IRQ_WAKE_THREAD), \
+                on host CPU 0, not the vCPU's: arch/x86/kernel/apic/apic_flat_64.c physflat \
+                (more than 8 CPUs) sends an IRQ to the first CPU of its default all-CPU mask; \
+                governor: menu's correction factor (drivers/cpuidle/governors/menu.c)",
     },
     Era {
         profile: "sandybridge-2015",
@@ -78,6 +96,8 @@ pub const ERAS: &[Era] = &[
         eoi_exit: false,
         vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
         assigned_irq_thread: false,
+        assigned_irq_remote: false,
+        menu_correction: true,
         about: "refill: SplitX's Nehalem bound, carried over unchanged (Sandy Bridge keeps \
                 the per-core L1/L2 sizes; an extrapolation); EOI: a 2015 guest (Linux >= 3.6) \
                 uses PV EOI, and the talk's per-transaction exit count (~9.6 MSR writes = \
@@ -90,6 +110,8 @@ pub const ERAS: &[Era] = &[
         eoi_exit: false,
         vcpu_reload_ns: SNB_VCPU_RELOAD_NS,
         assigned_irq_thread: false,
+        assigned_irq_remote: false,
+        menu_correction: true,
         about: "as sandybridge-2015",
     },
     Era {
@@ -98,6 +120,8 @@ pub const ERAS: &[Era] = &[
         eoi_exit: false,
         vcpu_reload_ns: 0,
         assigned_irq_thread: false,
+        assigned_irq_remote: false,
+        menu_correction: true,
         about: "refill as sandybridge-2015 (an extrapolation); no EOI exit: Haswell-EP has \
                 APICv (first shipped with Ivy Bridge-EP; from memory, not in the references)",
     },
@@ -115,6 +139,8 @@ pub fn era(name: &str) -> Era {
             eoi_exit: false,
             vcpu_reload_ns: 0,
             assigned_irq_thread: false,
+            assigned_irq_remote: false,
+            menu_correction: false,
             about: "",
         })
 }
@@ -144,5 +170,10 @@ mod tests {
         assert!(era("westmere-2012").assigned_irq_thread);
         assert!(!none.assigned_irq_thread);
         assert!(!era("sandybridge-2015").assigned_irq_thread);
+        assert!(era("westmere-2012").assigned_irq_remote);
+        assert!(!none.assigned_irq_remote);
+        assert!(!era("haswell").assigned_irq_remote);
+        assert!(ERAS.iter().all(|e| e.menu_correction));
+        assert!(!none.menu_correction);
     }
 }

@@ -85,6 +85,14 @@ pub struct ModelConfig {
     /// inject from the hard handler.
     #[serde(default)]
     pub assigned_irq_thread: Option<bool>,
+    /// Override of the profile's assigned-device IRQ on another host CPU (`crate::era`),
+    /// e.g. false to take it on the vCPU's pCPU at no idle cost of its own.
+    #[serde(default)]
+    pub assigned_irq_remote: Option<bool>,
+    /// Override of the profile's menu correction factor in the governor's fallback
+    /// (`crate::era`), e.g. false for the bare next timer (before the eighth session).
+    #[serde(default)]
+    pub governor_correction: Option<bool>,
     /// Host kernel preemption model: `"voluntary"` (default: `CONFIG_PREEMPT_VOLUNTARY`, what
     /// distribution kernels ship; a vCPU thread inside an exit is preempted only at KVM's
     /// `need_resched()` check before the next VM entry) or `"full"` (`CONFIG_PREEMPT`:
@@ -206,6 +214,8 @@ impl ModelConfig {
             core.eoi_exit = era.eoi_exit;
             core.vcpu_reload_ns = era.vcpu_reload_ns;
             core.assigned_irq_thread = era.assigned_irq_thread;
+            core.assigned_irq_remote = era.assigned_irq_remote;
+            core.governor_correction = era.menu_correction;
         }
         if let Some(ns) = self.exit_refill_ns {
             core.exit_refill_ns = ns;
@@ -218,6 +228,12 @@ impl ModelConfig {
         }
         if let Some(on) = self.assigned_irq_thread {
             core.assigned_irq_thread = on;
+        }
+        if let Some(on) = self.assigned_irq_remote {
+            core.assigned_irq_remote = on;
+        }
+        if let Some(on) = self.governor_correction {
+            core.governor_correction = on;
         }
         core.host_preempt_full = match self.host_preempt.as_str() {
             "voluntary" => false,

@@ -136,7 +136,15 @@ pub fn profile(name: &str) -> Option<&'static Profile> {
     PROFILES.iter().find(|p| p.name == name)
 }
 
-/// Menu-like governor state of one pCPU: the last idle durations.
+/// menu's `RESOLUTION * DECAY` (1024 * 8): a correction factor of 1.0.
+const CORR_ONE: u64 = 1024 * 8;
+/// menu's `DECAY`: each wakeup moves the correction factor 1/8 of the way to its ratio.
+const CORR_DECAY: u64 = 8;
+/// menu's `MAX_INTERESTING` (50 ms): a longer idle counts as a perfect prediction.
+const MAX_INTERESTING_NS: Nanos = 50_000_000;
+
+/// Menu-like governor state of one pCPU: the last idle durations and menu's correction
+/// factors.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Governor {
     recent: [Nanos; 8],
@@ -144,21 +152,52 @@ pub struct Governor {
     next: usize,
     /// When the pCPU went idle and the state index it entered.
     pub idle: Option<(Nanos, usize)>,
+    /// menu's `correction_factor` per bucket (in units of 1/`CORR_ONE`; 0 = not used yet,
+    /// i.e. 1.0): bucket 0 without I/O waiters, 1 with (menu's `which_bucket` also splits
+    /// by the expected idle's decade, which is always the model's fixed next timer).
+    corr: [u64; 2],
+    /// Bucket and expected idle (the next timer) of the last selection, for `record`.
+    bucket: usize,
+    expected: Nanos,
 }
 
 impl Governor {
-    /// Record an idle period that just ended.
+    /// Record an idle period that just ended (its length excludes the state's exit
+    /// latency, as menu's `menu_update` deducts it), and update the bucket's correction
+    /// factor of the selection it ended (menu: `new = old * (DECAY - 1) / DECAY +
+    /// RESOLUTION * measured / expected`, measured capped at expected).
     pub fn record(&mut self, ns: Nanos) {
         self.recent[self.next] = ns;
         self.next = (self.next + 1) % self.recent.len();
         self.n = (self.n + 1).min(self.recent.len());
+        let b = self.bucket;
+        let ratio = if ns < MAX_INTERESTING_NS {
+            (CORR_ONE / CORR_DECAY * ns.min(self.expected)).checked_div(self.expected)
+        } else {
+            Some(CORR_ONE / CORR_DECAY)
+        };
+        // No selection yet (expected 0): nothing to correct.
+        if let Some(add) = ratio {
+            let decayed = self.factor(b) * (CORR_DECAY - 1) / CORR_DECAY;
+            self.corr[b] = (decayed + add).max(1);
+        }
+    }
+
+    fn factor(&self, bucket: usize) -> u64 {
+        match self.corr[bucket] {
+            0 => CORR_ONE,
+            f => f,
+        }
     }
 
     /// Predicted idle time: menu's "typical interval" of the recent idle periods (their mean
     /// if the spread is small: mean > 6 standard deviations or variance ≤ 400 µs²; else the
     /// largest is dropped and it tries again, up to 3 times), capped by the next timer.
+    /// Without a typical interval: the next timer, times the correction factor of the
+    /// current bucket if `correction` (menu's `expected_us * correction_factor[bucket]`;
+    /// without it, the bare next timer: the model before the eighth session of issue 16).
     #[must_use]
-    pub fn predict(&self, next_timer_ns: Nanos) -> Nanos {
+    pub fn predict(&self, next_timer_ns: Nanos, correction: bool) -> Nanos {
         let mut v: Vec<Nanos> = self.recent[..self.n].to_vec();
         v.sort_unstable();
         for _ in 0..3 {
@@ -184,7 +223,13 @@ impl Governor {
             }
             v.pop();
         }
-        next_timer_ns
+        if correction {
+            let f = u128::from(self.factor(self.bucket));
+            let p = u128::from(next_timer_ns) * f / u128::from(CORR_ONE);
+            Nanos::try_from(p).unwrap_or(next_timer_ns)
+        } else {
+            next_timer_ns
+        }
     }
 
     /// The deepest state whose target residency fits the prediction and whose exit latency
@@ -192,9 +237,18 @@ impl Governor {
     /// menu's `performance_multiplier()` is `1 + 10 * nr_iowait_cpu` plus a load term not
     /// modelled). None passes: the shallowest state (menu would poll, which the model does
     /// not charge below the measured primitives).
+    /// `correction`: menu's correction factor in the fallback prediction (see `predict`).
     #[must_use]
-    pub fn select(&self, states: &[CState], next_timer_ns: Nanos, multiplier: u64) -> usize {
-        let predicted = self.predict(next_timer_ns);
+    pub fn select(
+        &mut self,
+        states: &[CState],
+        next_timer_ns: Nanos,
+        multiplier: u64,
+        correction: bool,
+    ) -> usize {
+        self.bucket = usize::from(multiplier > 1);
+        self.expected = next_timer_ns;
+        let predicted = self.predict(next_timer_ns, correction);
         states
             .iter()
             .rposition(|s| {
@@ -224,12 +278,12 @@ mod tests {
         for _ in 0..8 {
             g.record(15_000);
         }
-        assert_eq!(g.predict(4_000_000), 15_000);
-        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1)].name, "C1");
+        assert_eq!(g.predict(4_000_000, false), 15_000);
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1, false)].name, "C1");
         for _ in 0..8 {
             g.record(1_000_000);
         }
-        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1)].name, "C6");
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1, false)].name, "C6");
         assert_eq!(extra_exit_ns(NEHALEM, 3), 197_000);
     }
 
@@ -240,13 +294,13 @@ mod tests {
         for _ in 0..8 {
             g.record(30_000);
         }
-        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1)].name, "C1E");
-        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 11)].name, "C1");
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1, false)].name, "C1E");
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 11, false)].name, "C1");
         for _ in 0..8 {
             g.record(1_000_000);
         }
         // 20 us x 11 fits 1 ms, 200 us x 11 does not: C3 instead of C6.
-        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 11)].name, "C3");
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 11, false)].name, "C3");
     }
 
     #[test]
@@ -257,7 +311,42 @@ mod tests {
         ] {
             g.record(x);
         }
-        assert_eq!(g.predict(4_000_000), 4_000_000);
-        assert_eq!(Governor::default().predict(4_000_000), 4_000_000);
+        assert_eq!(g.predict(4_000_000, false), 4_000_000);
+        assert_eq!(Governor::default().predict(4_000_000, false), 4_000_000);
+    }
+
+    #[test]
+    fn menu_correction_pulls_a_scattered_fallback_down_to_the_measured_idles() {
+        // Scattered idles of 20-100 us: no typical interval. Without the correction the
+        // fallback is the next timer (4 ms, C6); with it, 4 ms times a factor that decays
+        // by 1/8 per wakeup toward measured / expected.
+        let scattered = [
+            20_000, 100_000, 30_000, 90_000, 25_000, 80_000, 40_000, 95_000,
+        ];
+        let mut g = Governor::default();
+        let first = g.select(NEHALEM, 4_000_000, 1, true);
+        assert_eq!(NEHALEM[first].name, "C6", "factor 1.0 at the start");
+        for _ in 0..8 {
+            for &x in &scattered {
+                let _ = g.select(NEHALEM, 4_000_000, 1, true);
+                g.record(x);
+            }
+        }
+        assert_eq!(g.predict(4_000_000, false), 4_000_000);
+        let p = g.predict(4_000_000, true);
+        assert!((20_000..=100_000).contains(&p), "{p}");
+        let s = g.select(NEHALEM, 4_000_000, 1, true);
+        assert!(
+            NEHALEM[s].name == "C1E" || NEHALEM[s].name == "C3",
+            "{}",
+            NEHALEM[s].name
+        );
+        assert_eq!(NEHALEM[g.select(NEHALEM, 4_000_000, 1, false)].name, "C6");
+        // The bucket with I/O waiters has its own factor, still 1.0: 4 ms predicted, and
+        // C6's 200 us x 11 fits it.
+        assert_eq!(
+            NEHALEM[g.clone().select(NEHALEM, 4_000_000, 11, true)].name,
+            "C6"
+        );
     }
 }

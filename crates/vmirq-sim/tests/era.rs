@@ -97,11 +97,19 @@ fn only_a_scheduled_out_vcpu_pays_the_reload() {
 #[test]
 fn westmere_assigned_device_msis_go_through_the_host_irq_thread() {
     // FAST'12-era KVM device assignment injects an assigned NIC's MSI from the IRQ thread:
-    // one more host context switch on the halt-idle guest's ping path.
-    let r = run_scenario("ibm_polling", &["duration_us=20000"]);
+    // one more host context switch on the halt-idle guest's ping path. (With the IRQ on
+    // the vCPU's own pCPU, so that the remote IRQ CPU's idle states do not couple in.)
+    let r = run_scenario(
+        "ibm_polling",
+        &["duration_us=20000", "assigned_irq_remote=false"],
+    );
     let off = run_scenario(
         "ibm_polling",
-        &["duration_us=20000", "assigned_irq_thread=false"],
+        &[
+            "duration_us=20000",
+            "assigned_irq_remote=false",
+            "assigned_irq_thread=false",
+        ],
     );
     let pings = value(&r, "ping-vm-halt", "ping_rtt_ns.n");
     let switches = count(&r, "ping-vm-halt", "assigned_irq_thread_switches");
@@ -134,4 +142,63 @@ fn westmere_assigned_device_msis_go_through_the_host_irq_thread() {
     for run in k.runs.keys() {
         assert_eq!(count(&k, run, "assigned_irq_thread_switches"), 0.0, "{run}");
     }
+}
+
+#[test]
+fn westmere_assigned_device_msis_wake_a_host_cpu_of_their_own() {
+    // physflat sends the VF's MSI to the first CPU of its default mask, not the vCPU's
+    // core: a host CPU that idles between pings under its own governor.
+    let r = run_scenario("ibm_polling", &["duration_us=20000"]);
+    let pings = value(&r, "ping-vm-halt", "ping_rtt_ns.n");
+    let entries: f64 = (0..5)
+        .map(|i| count(&r, "ping-vm-halt", &format!("irq_cpu_idle_state{i}")))
+        .sum();
+    assert!(pings > 100.0, "pings {pings}");
+    assert!(
+        (entries - pings).abs() <= 2.0,
+        "pings {pings} entries {entries}"
+    );
+    // Idles of a whole round trip (~50 us): past C1E's 20 us residency, short of C3's 80,
+    // once menu's correction factor has come down from its start at 1.0.
+    let c1e = count(&r, "ping-vm-halt", "irq_cpu_idle_state1");
+    assert!(c1e > 0.9 * pings, "C1E {c1e} of {pings}");
+    assert!(count(&r, "ping-vm-halt", "irq_cpu_idle_exit_ns") > 0.0);
+    // Off: the previous path (the vCPU's own pCPU takes it), no IRQ CPU at all.
+    let off = run_scenario(
+        "ibm_polling",
+        &["duration_us=20000", "assigned_irq_remote=false"],
+    );
+    assert_eq!(count(&off, "ping-vm-halt", "irq_cpu_idle_state1"), 0.0);
+    let with = value(&r, "ping-vm-halt", "ping_rtt_ns.mean");
+    let without = value(&off, "ping-vm-halt", "ping_rtt_ns.mean");
+    assert!(with > without + 10_000.0, "{with} vs {without}");
+    // Not on bare metal (the CPU that takes the IRQ answers the echo), not when the guest
+    // polls its NIC, not in the 2015 era.
+    for run in ["ping-bare-halt", "ping-vm-poll"] {
+        assert_eq!(count(&r, run, "irq_cpu_idle_exit_ns"), 0.0, "{run}");
+        assert_eq!(count(&r, run, "irq_cpu_idle_state1"), 0.0, "{run}");
+    }
+    let k = run_scenario("kvm_wakeup", &["duration_us=20000"]);
+    for run in k.runs.keys() {
+        assert_eq!(count(&k, run, "irq_cpu_idle_exit_ns"), 0.0, "{run}");
+    }
+}
+
+#[test]
+fn without_menus_correction_factor_the_two_cpus_spiral_into_deep_states() {
+    // The governor's fallback before the eighth session (the bare next timer) sends both
+    // CPUs of the remote-IRQ ping deep, each idling through the other's exit latency; with
+    // menu's correction factor they settle in C1E.
+    let r = run_scenario("ibm_polling", &["duration_us=20000"]);
+    let bare = run_scenario(
+        "ibm_polling",
+        &["duration_us=20000", "governor_correction=false"],
+    );
+    let with = value(&r, "ping-vm-halt", "ping_rtt_ns.mean");
+    let without = value(&bare, "ping-vm-halt", "ping_rtt_ns.mean");
+    assert!(without > 3.0 * with, "{without} vs {with}");
+    assert!(
+        count(&bare, "ping-vm-halt", "irq_cpu_idle_state3")
+            > count(&r, "ping-vm-halt", "irq_cpu_idle_state3")
+    );
 }

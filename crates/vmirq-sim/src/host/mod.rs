@@ -218,6 +218,9 @@ pub struct Core {
     /// Assigned-device MSIs are injected from a host IRQ thread (`crate::era`): one more
     /// host context switch before the injection.
     pub assigned_irq_thread: bool,
+    /// Assigned-device MSIs are taken on another host CPU than the vCPU's, which idles
+    /// between them under its own governor (`crate::era`).
+    pub assigned_irq_remote: bool,
     /// A fully preemptible host kernel (`CONFIG_PREEMPT`): a vCPU thread is preempted even
     /// inside an exit. False (the default): `CONFIG_PREEMPT_VOLUNTARY`, preemption waits for
     /// the end of the exit.
@@ -228,6 +231,9 @@ pub struct Core {
     /// The governor's multiplier counts I/O waiters (menu's `10 * nr_iowait_cpu`); false:
     /// multiplier 1 (the model before the sixth session of issue 16).
     pub governor_iowait: bool,
+    /// The governor's fallback prediction is the next timer times menu's correction factor
+    /// (`crate::era`); false: the bare next timer (before the eighth session of issue 16).
+    pub governor_correction: bool,
 }
 
 /// Result alias of the host model.
@@ -261,9 +267,11 @@ impl Core {
             eoi_exit: false,
             vcpu_reload_ns: 0,
             assigned_irq_thread: false,
+            assigned_irq_remote: false,
             host_preempt_full: false,
             host_sched_cfs: false,
             governor_iowait: false,
+            governor_correction: false,
         }
     }
 
@@ -289,9 +297,12 @@ impl Core {
         } else {
             1
         };
-        let i = self.pcpus[p]
-            .gov
-            .select(&self.idle_states, self.next_timer_ns, mult);
+        let i = self.pcpus[p].gov.select(
+            &self.idle_states,
+            self.next_timer_ns,
+            mult,
+            self.governor_correction,
+        );
         self.pcpus[p].gov.idle = Some((now, i));
         // Entries per state index of the profile's table (0 = shallowest).
         self.metrics.count(match i {

@@ -4,6 +4,7 @@
 //! polling threads (guest and host, each on its own core) with no exits and no interrupts.
 
 use crate::host::{Cat, Core, Ev, Hook, Irq, IrqSrc, Result, Work};
+use crate::profiles::{extra_exit_ns, Governor};
 use crate::Nanos;
 use serde::{Deserialize, Serialize};
 
@@ -73,18 +74,71 @@ fn device_irq(core: &Core) -> Irq {
     }
 }
 
+/// The host CPU that takes the assigned NIC's interrupt when it is not the vCPU's
+/// (`Core::assigned_irq_remote`, `crate::era`): it runs nothing else, so it idles between
+/// interrupts in the state its own menu-like governor picks (multiplier 1: no I/O waiter).
+#[derive(Debug, Clone, Default)]
+struct IrqCpu {
+    gov: Governor,
+}
+
+impl IrqCpu {
+    /// The interrupt wakes the CPU: the extra exit latency of the state it idled in.
+    fn wake(&mut self, core: &mut Core) -> Nanos {
+        let Some((since, i)) = self.gov.idle.take() else {
+            return 0;
+        };
+        self.gov.record(core.now().saturating_sub(since));
+        let extra = extra_exit_ns(&core.idle_states, i);
+        core.metrics.add("irq_cpu_idle_exit_ns", extra);
+        extra
+    }
+
+    /// Nothing left to run on it: it idles.
+    fn idle(&mut self, core: &mut Core) {
+        if core.idle_states.is_empty() {
+            return;
+        }
+        let i = self.gov.select(
+            &core.idle_states,
+            core.next_timer_ns,
+            1,
+            core.governor_correction,
+        );
+        self.gov.idle = Some((core.now(), i));
+        core.metrics.count(match i {
+            0 => "irq_cpu_idle_state0",
+            1 => "irq_cpu_idle_state1",
+            2 => "irq_cpu_idle_state2",
+            3 => "irq_cpu_idle_state3",
+            _ => "irq_cpu_idle_state4",
+        });
+    }
+}
+
 /// Running ping flood.
 #[derive(Debug, Clone)]
 pub struct Ping {
     cfg: PingConfig,
     arrived: Nanos,
+    irq_cpu: IrqCpu,
 }
 
 impl Ping {
     /// Build.
     #[must_use]
     pub fn new(cfg: PingConfig) -> Self {
-        Self { cfg, arrived: 0 }
+        Self {
+            cfg,
+            arrived: 0,
+            irq_cpu: IrqCpu::default(),
+        }
+    }
+
+    /// The NIC's interrupt is taken on a host CPU of its own (a VM taking interrupts, with
+    /// the era's remote assigned-device IRQ).
+    fn remote_irq(&self, core: &Core) -> bool {
+        !self.cfg.polled && !core.bare() && core.assigned_irq_remote
     }
 
     pub(super) fn start(&mut self, core: &mut Core) -> Result<()> {
@@ -92,6 +146,9 @@ impl Ping {
             .schedule_in(self.cfg.outside_ns / 2, Ev::Workload(ARRIVE, 0))?;
         if self.cfg.polled {
             Self::spin(core);
+        }
+        if self.remote_irq(core) {
+            self.irq_cpu.idle(core);
         }
         core.dispatch(0)
     }
@@ -121,6 +178,10 @@ impl Ping {
                     // The assigned NIC interrupts the host first, which injects it (in
                     // the westmere-2012 era from the IRQ thread: one more switch).
                     let mut ns = core.costs.host_irq_ns;
+                    if self.remote_irq(core) {
+                        // On a CPU of its own, idle since the last injection.
+                        ns += self.irq_cpu.wake(core);
+                    }
                     if core.assigned_irq_thread {
                         ns += core.costs.context_switch_ns;
                         core.metrics.count("assigned_irq_thread_switches");
@@ -128,7 +189,13 @@ impl Ping {
                     core.q.schedule_in(ns, Ev::Workload(INJECT, 0))?;
                 }
             }
-            INJECT => core.deliver(0, device_irq(core), None)?,
+            INJECT => {
+                if self.remote_irq(core) {
+                    // The IRQ thread has injected; its CPU has nothing else to run.
+                    self.irq_cpu.idle(core);
+                }
+                core.deliver(0, device_irq(core), None)?;
+            }
             _ => {}
         }
         Ok(())
