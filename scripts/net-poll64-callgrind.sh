@@ -16,7 +16,11 @@
 # adds serve-net options (e.g. SERVE_ARGS="--moderation count:usecs=50,frames=32").
 # VMIRQ=path: measure that binary instead of building one (e.g. a copy of an older build,
 # to compare two revisions). KEEP=dir: keep the callgrind outputs there (cg.DATAPATH), for
-# `callgrind_annotate --inclusive=yes` or a self-cost profile.
+# `callgrind_annotate --inclusive=yes` or a self-cost profile. CACHE=1: callgrind's cache
+# simulation too (`--cache-sim=yes`), and the data-cache read and write misses per frame
+# (D1mr D1mw first level, DLmr DLmw last level) of the same functions. The simulation is of
+# one CPU's caches: it counts what this process misses by itself (capacity, conflicts), not
+# the lines another CPU (the client's) took away, which are the loopback's misses.
 #
 # Needs: valgrind, a release build (built here).
 set -euo pipefail
@@ -34,7 +38,9 @@ dps=("$@")
 [ ${#dps[@]} -eq 0 ] && dps=(per-port pmd)
 for dp in "${dps[@]}"; do
   rm -f "$work"/*.sock
-  RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$work/cg.$dp" "$vmirq" serve-net \
+  cache=()
+  [ -n "${CACHE:-}" ] && cache=(--cache-sim=yes)
+  RUST_LOG=error valgrind --tool=callgrind "${cache[@]}" --callgrind-out-file="$work/cg.$dp" "$vmirq" serve-net \
     --socket "$work/a.sock" --socket "$work/b.sock" --datapath "$dp" ${SERVE_ARGS:-} 2>"$work/srv.txt" &
   srv=$!
   for _ in $(seq 100); do [ -S "$work/b.sock" ] && break; sleep 0.2; done
@@ -61,6 +67,12 @@ for dp in "${dps[@]}"; do
     ir=$(callgrind_annotate --inclusive=yes "$work/cg.$dp" 2>/dev/null | grep -E "$f" | head -1 |
       awk '{ gsub(",", "", $1); print $1 }' || true)
     if [ -n "$ir" ]; then echo "$dp frames=$frames ${f% \\[} Ir/frame=$((ir / frames))"; fi
+    if [ -n "${CACHE:-}" ]; then
+      callgrind_annotate --inclusive=yes --show=D1mr,D1mw,DLmr,DLmw "$work/cg.$dp" 2>/dev/null |
+        grep -E "$f" | head -1 | tr -d ',' | awk -v n="$frames" -v name="${f% \\[}" -v dp="$dp" '{
+          printf "%s %s D1mr/frame=%.2f D1mw/frame=%.2f DLmr/frame=%.2f DLmw/frame=%.2f\n",
+            dp, name, $1 / n, $3 / n, $5 / n, $7 / n }' || true
+    fi
   done
   # The forwarding thread's passes, empty passes and sleeps (pmd only).
   grep -E '^pmd: ' "$work/srv.txt" | sed "s/^/$dp /" || true

@@ -37,6 +37,7 @@ pub mod fabric;
 pub mod flow;
 pub mod metrics;
 pub mod pmd;
+pub mod prefetch;
 pub mod queues;
 pub mod regions;
 pub mod rings;

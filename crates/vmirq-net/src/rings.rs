@@ -115,6 +115,16 @@ impl<'a> AvailView<'a> {
         Ok(Some(head))
     }
 
+    /// The head `k` entries after `q`'s next one, when it is already copied out of the ring
+    /// (no ring access; for a prefetch hint: [`AvailView::pop`] still hands out and checks
+    /// every head).
+    #[inline]
+    #[must_use]
+    pub fn copied_ahead(&self, q: &Queue, k: u16) -> Option<u16> {
+        let off = q.next_avail().wrapping_sub(self.base.get()).wrapping_add(k);
+        (off < self.count.get()).then(|| self.heads[usize::from(off)].get())
+    }
+
     /// Copy up to [`AHEAD`] available entries from ring position `next_avail` on into
     /// `heads` (reading the driver's index first when what was seen is used up); false when
     /// the driver has made nothing more available. Out of line: once per burst, and `pop`

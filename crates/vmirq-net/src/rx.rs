@@ -171,6 +171,15 @@ pub struct RxRings<'a> {
     to: RegionCache<'a>,
 }
 
+impl RxRings<'_> {
+    /// Prefetch the descriptors of up to `limit` receive chains after `q`'s next one that
+    /// were already copied out of its available ring ([`crate::prefetch::descs`]).
+    #[inline]
+    pub fn prefetch_descs(&self, q: &Queue, limit: usize) {
+        crate::prefetch::descs(&self.avail, q, &self.table, limit);
+    }
+}
+
 /// Translate `q`'s rings (see [`RxRings`]).
 #[must_use]
 pub fn rx_rings<'a>(q: &Queue, mem: &'a GuestMemoryMmap) -> RxRings<'a> {

@@ -63,6 +63,10 @@ fn truncation(datapath: Datapath) {
     let server = common::start(4, |c| c.policies.datapath = datapath);
     let connect = |i: usize| RawPort::connect(&server.sockets[i], F_EVENT_IDX);
     let (mut p0, mut p1, mut p2, mut p3) = (connect(0), connect(1), connect(2), connect(3));
+    // A frame switched before its destination is attached is dropped (no destination).
+    for p in 0..4 {
+        server.wait_attached(p);
+    }
     cross(&mut p0, &mut p1, 0, 1);
     cross(&mut p2, &mut p3, 0, 2);
 

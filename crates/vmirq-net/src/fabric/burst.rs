@@ -21,6 +21,7 @@ use super::tx_return::{TxReturn, TxUsed};
 use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
+use crate::prefetch;
 use crate::queues::{RxCtl, TxCtl, WindowRing};
 use crate::regions::RegionCache;
 use crate::rings::AvailView;
@@ -87,6 +88,22 @@ struct RunEnd {
     /// The next frame found no room: stop the source.
     blocked: bool,
 }
+
+/// Prefetch the lines [`scan_chain`] copies out of chain `head`'s first descriptor (a
+/// short frame's header and body, its region the one of the chain before).
+#[inline]
+fn prefetch_frame(table: &TableView<'_>, from: &RegionCache<'_>, head: Option<u16>) {
+    if let Some(p) = head
+        .and_then(|h| table.addr_hint(h))
+        .and_then(|a| from.host_hint(GuestAddress(a)))
+    {
+        prefetch::lines(p, PREFETCH_LEN);
+    }
+}
+
+/// Bytes of a frame's first descriptor prefetched: the net header and a 64-byte frame
+/// (two lines at most), which [`scan_chain`] copies out.
+const PREFETCH_LEN: usize = HDR_LEN + 64;
 
 impl Fabric {
     /// One burst of at most `limit` chains off `src` (the caller holds its TX vring and
@@ -167,7 +184,7 @@ impl Fabric {
         );
         // The available ring translated once for the burst too.
         let avail = AvailView::new(q, mem);
-        for _ in 0..limit {
+        for n in 0..limit {
             let head = match avail.pop(q, mem) {
                 Ok(Some(head)) => head,
                 Ok(None) => break,
@@ -179,12 +196,24 @@ impl Fabric {
                     break;
                 }
             };
+            // Prefetch (crate::prefetch): after the first head (which copied up to a burst of
+            // heads out of the ring), every copied chain's descriptor.
+            if n == 0 {
+                prefetch::descs(&avail, q, &table, limit);
+            }
             let k = b.taken.len();
             if b.prefixes.len() <= k {
                 b.prefixes.push([0; COPY_LEN]);
             }
             let prefix = &mut b.prefixes[k];
             let scanned = scan_chain(from, &table, head, &mut b.one, prefix);
+            // While this chain's frame is routed and the next one scanned, the frame of the
+            // chain after next comes (and after the first, the next one's too), its
+            // descriptor brought by the prefetch above and its region the one just used.
+            if n == 0 {
+                prefetch_frame(&table, from, avail.copied_ahead(q, 0));
+            }
+            prefetch_frame(&table, from, avail.copied_ahead(q, 1));
             let at = b.descs.len();
             b.descs.extend_from_slice(&b.one);
             let route = match scanned {
@@ -294,6 +323,7 @@ impl Fabric {
         let mut broken = false;
         // Counted once for the run (one atomic add per counter, not per frame).
         let mut sum = [0u64; 3]; // frames, bytes, buffers
+        let (first, end_k) = (run.start, run.end);
         for k in run {
             let t = &b.taken[k];
             if broken {
@@ -310,6 +340,12 @@ impl Fabric {
             };
             let q = rx.get_queue_mut();
             let mut out = stage(q, &mem, &table, frame, mrg, &mut b.rx, &mut b.used);
+            if k == first {
+                // The first frame copied the receive heads out of the ring: their
+                // descriptors (the driver's refill wrote them) are on their way while the
+                // next frames are written.
+                table.prefetch_descs(rx.get_queue(), end_k - first);
+            }
             if out == RxOutcome::NoRoom {
                 // Mark before arming, so that a refill after the arm finds the mark; then
                 // always look once more (buffers added between the failed staging and the

@@ -177,3 +177,25 @@ fn more_entries_than_one_copy_holds_come_in_order_and_put_backs_come_again() {
     assert_eq!(view.pop(&mut q, &mem), Ok(Some(first[AHEAD - 1])));
     assert_eq!(view.pop(&mut q, &mem), Ok(Some(first[AHEAD])));
 }
+
+#[test]
+fn copied_ahead_names_the_heads_pop_hands_out_next_and_nothing_beyond_the_copy() {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).expect("memory");
+    put_avail(&mem, 0x2000, 5, &[4, 2, 6, 0, 3]);
+    let mut q = queue(0x2000);
+    let view = AvailView::new(&q, &mem);
+    assert_eq!(
+        view.copied_ahead(&q, 0),
+        None,
+        "nothing copied before the first pop"
+    );
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(4)));
+    let ahead: Vec<Option<u16>> = (0..5).map(|k| view.copied_ahead(&q, k)).collect();
+    assert_eq!(ahead, [Some(2), Some(6), Some(0), Some(3), None]);
+    assert_eq!(view.pop(&mut q, &mem), Ok(Some(2)));
+    assert_eq!(view.copied_ahead(&q, 2), Some(3));
+    assert_eq!(view.copied_ahead(&q, 3), None);
+    // Put back before the copy's start: nothing claimed.
+    q.set_next_avail(0xFFFF);
+    assert_eq!(view.copied_ahead(&q, 0), None);
+}
