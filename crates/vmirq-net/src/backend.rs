@@ -255,11 +255,11 @@ impl VhostUserBackend for NetBackend {
         // A driver reset sets the rings up again at used indices of the frontend's choosing:
         // the receive windows cannot tell where the next entries start (the transmit side
         // follows its ring's position at each publish, see `TxCtl::used_next`).
+        // Parked receive entries belong to the rings of before the reset.
         for (rx, _) in self.ctls.iter() {
-            rx.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .window
-                .restart();
+            let mut rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
+            rx.window.restart();
+            rx.parked.discard();
         }
     }
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -280,6 +280,11 @@ impl VhostUserBackend for NetBackend {
         // mappings are registered with the SIGBUS handler (the old ones unregistered).
         self.revocation.update(mem.memory().into_inner());
         self.revocation.check();
+        Ok(())
+    }
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        let index = usize::try_from(queue_index).unwrap_or(usize::MAX);
+        self.fabric.on_ring_stop(self.port, index);
         Ok(())
     }
     fn queues_per_thread(&self) -> Vec<u64> {

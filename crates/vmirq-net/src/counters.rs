@@ -72,6 +72,11 @@ counters! {
     /// Receive chains returned unused: a device-readable descriptor, no room at all, or
     /// outside guest memory (the frame they were for is dropped).
     rx_bad_chain,
+    /// Frames written into the port's receive queue whose used entries waited for the
+    /// queue's next notification (`dim-lat:overtake=on`, `rx::Parked`).
+    rx_parked,
+    /// Frames published ahead of parked ones (short messages of other flows).
+    rx_overtakes,
     /// Queue stops: the available ring index jumped further than the queue size.
     queue_broken,
     /// Control-queue commands answered (OK or ERR).

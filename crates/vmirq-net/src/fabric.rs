@@ -32,17 +32,21 @@ use tx_return::{TxReturn, TxUsed};
 
 use crate::classify::classify;
 use crate::counters::PortCounters;
+use crate::flow::flow_hash;
 use crate::flow::rx_pair;
 use crate::pmd::Pmd;
 use crate::queues::{RxCtl, TxCtl, WindowRing};
-use crate::rx::{arm_refill_kick, deliver, quiet_refill_kicks, RxOutcome, RxScratch};
+use crate::rx::{
+    arm_refill_kick, deliver, deliver_unpublished, publish_pending, quiet_refill_kicks, RxOutcome,
+    RxScratch,
+};
 use crate::switch::{Route, Switch};
 use crate::tap::Tap;
 use crate::tx::{read_chain, TxError};
-use crate::virtio::{F_MRG_RXBUF, HDR_LEN, PAIRS_MAX};
+use crate::virtio::{F_IN_ORDER, F_MRG_RXBUF, HDR_LEN, PAIRS_MAX};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
@@ -80,17 +84,23 @@ pub struct Pair {
 
 impl Pair {
     /// Run `f` on the receive queue's moderation and its notification view, locked in
-    /// this module's order (the vring, then the moderation).
+    /// this module's order (the vring, then the moderation); then publish parked entries
+    /// that no held notification covers any more ([`RxCtl::settle_parked`]).
     pub(crate) fn with_rx_moderation<R>(
         &self,
+        mem: &GuestMemoryMmap,
         f: impl FnOnce(&mut QueueNotifier, &mut WindowRing<'_>) -> R,
     ) -> R {
         let mut rx = self.rx.get_mut();
         let mut ctl = self.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        let RxCtl {
-            notifier, window, ..
-        } = &mut *ctl;
-        f(notifier, &mut WindowRing::rx(&mut rx, window))
+        let r = {
+            let (notifier, mut ring) = ctl.split(&mut rx);
+            f(notifier, &mut ring)
+        };
+        if let Err(e) = ctl.settle_parked(&mut rx, mem, false) {
+            tracing::warn!(error = %e, "receive notification failed");
+        }
+        r
     }
 }
 
@@ -125,6 +135,9 @@ pub struct Attached {
     /// connection: the guest's NOTF_COAL commands replace the policy, not the watch), read
     /// per transmit batch without a lock.
     pub tx_watch: Option<u32>,
+    /// `dim-lat:overtake=on`: received frames may be parked (pair 0's policy at attach,
+    /// read without a lock; a replaced policy parks nothing, see [`crate::rx::Parked`]).
+    pub overtake: bool,
     /// Each pair's receive hold deadline (`u64::MAX`: none armed), read without the
     /// moderation lock by the port's worker between transmit batches
     /// ([`Fabric::fire_port_due`]); a hint, the lock-held check decides.
@@ -147,7 +160,10 @@ impl Attached {
         }
         let first = pairs.first()?.clone();
         // Each moderation lock alone (no vring is held here).
-        let tx_watch = lock(&first.rx_ctl).tx_watch;
+        let (tx_watch, overtake) = {
+            let ctl = lock(&first.rx_ctl);
+            (ctl.tx_watch, ctl.notifier.policy().overtakes())
+        };
         let rx_deadlines = pairs
             .iter()
             .map(|p| lock(&p.rx_ctl).notifier.deadline_watch())
@@ -164,6 +180,7 @@ impl Attached {
             active,
             ctrl,
             tx_watch,
+            overtake,
             rx_deadlines,
         })
     }
@@ -185,6 +202,13 @@ impl Attached {
 
     fn mrg_rxbuf(&self) -> bool {
         self.features.load(Ordering::Acquire) & F_MRG_RXBUF != 0
+    }
+
+    /// Whether received frames may be parked ([`crate::rx::Parked`]): the policy overtakes
+    /// (`dim-lat:overtake=on`) and the driver did not ask for buffers used in order
+    /// (VIRTIO_F_IN_ORDER).
+    fn parking(&self) -> bool {
+        self.overtake && self.features.load(Ordering::Acquire) & F_IN_ORDER == 0
     }
 
     /// How many pairs' receive queues frames may go to. A frontend that sets up the
@@ -635,24 +659,24 @@ impl Fabric {
             return None;
         }
         let mrg = a.mrg_rxbuf();
-        let out = deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch);
-        match out {
+        let parking = a.parking();
+        let out = if parking {
+            // Published below, or parked, once the policy has seen the frame.
+            deliver_unpublished(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch)
+        } else {
+            deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch)
+        };
+        let out = match out {
             RxOutcome::Delivered(n) => {
                 PortCounters::add(&c.rx_frames, 1);
                 PortCounters::add(&c.rx_bytes, frame.len() as u64);
                 PortCounters::add(&c.rx_buffers, u64::from(n));
                 let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-                let RxCtl {
-                    notifier,
-                    window,
-                    classify: parse,
-                    ..
-                } = &mut *ctl;
-                let batch = dests.batch(dst, q, || notifier.completions());
+                let batch = dests.batch(dst, q, || ctl.notifier.completions());
                 // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
                 // burst heuristics decide on; the other policies use only the bytes, so
                 // only `dim-lat` pays for parsing the headers.
-                let meta = if *parse {
+                let meta = if ctl.classify {
                     classify(frame).completion_meta()
                 } else {
                     CompletionMeta::new(
@@ -660,11 +684,34 @@ impl Fabric {
                         u32::try_from(frame.len()).unwrap_or(u32::MAX),
                     )
                 };
-                let mut ring = WindowRing::rx(&mut rx, window);
+                let out = if parking {
+                    self.park_or_publish(dst, &mut ctl, &mut rx, &mem, frame, meta, rx_scratch, out)
+                } else {
+                    out
+                };
+                let (notifier, mut ring) = ctl.split(&mut rx);
                 if let Err(e) = notifier.completed(batch, meta, &mut ring, &mem) {
                     tracing::warn!(port = dst, error = %e, "receive notification failed");
                 }
+                out
             }
+            out if parking => {
+                // Chains of a bad receive chain go back at once (nothing of theirs is
+                // parked); with no room the parked entries go out, so that the driver sees
+                // the buffers it must refill.
+                let out = publish_pending(rx.get_queue_mut(), &mem, rx_scratch, out);
+                if out == RxOutcome::NoRoom {
+                    let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Err(e) = ctl.settle_parked(&mut rx, &mem, true) {
+                        tracing::warn!(port = dst, error = %e, "receive notification failed");
+                    }
+                }
+                out
+            }
+            out => out,
+        };
+        match out {
+            RxOutcome::Delivered(_) => {}
             RxOutcome::NoRoom => {
                 if retry {
                     tracing::trace!(port = dst, "still no room");
@@ -684,6 +731,36 @@ impl Fabric {
             }
         }
         Some(out)
+    }
+
+    /// A frame just written into port `dst`'s receive queue with its used entries left in
+    /// `s` ([`deliver_unpublished`]): park them when the policy holds frames like it
+    /// (`dim-lat:overtake=on`) or its flow already waits, otherwise publish them now, ahead
+    /// of whatever is parked ([`crate::rx::Parked`]). Returns `out`, or
+    /// [`RxOutcome::Broken`] when the used ring cannot be written.
+    #[allow(clippy::too_many_arguments)]
+    fn park_or_publish(
+        &self,
+        dst: usize,
+        ctl: &mut RxCtl,
+        rx: &mut VringState<GuestMem>,
+        mem: &GuestMemoryMmap,
+        frame: &[u8],
+        meta: CompletionMeta,
+        s: &mut RxScratch,
+        out: RxOutcome,
+    ) -> RxOutcome {
+        let c = &self.slots[dst].counters;
+        let hash = flow_hash(frame);
+        if ctl.notifier.policy().parks(&meta) || ctl.parked.holds_flow(hash) {
+            ctl.parked.park(s.pending_mut(), hash);
+            PortCounters::add(&c.rx_parked, 1);
+            return out;
+        }
+        if !ctl.parked.is_empty() {
+            PortCounters::add(&c.rx_overtakes, 1);
+        }
+        publish_pending(rx.get_queue_mut(), mem, s, out)
     }
 
     /// Arm the refill kick of port `dst`'s receive queue of pair `q`; true when buffers
@@ -727,13 +804,11 @@ impl Fabric {
                 }
             }
             let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-            let RxCtl {
-                notifier, window, ..
-            } = &mut *ctl;
-            let mut ring = WindowRing::rx(&mut rx, window);
+            let (notifier, mut ring) = ctl.split(&mut rx);
             let done = notifier
                 .completions_done(batch, &mut ring, &mem)
-                .and_then(|last| notifier.follow(last));
+                .and_then(|last| notifier.follow(last))
+                .and_then(|()| ctl.settle_parked(&mut rx, &mem, false));
             if let Err(e) = done {
                 tracing::warn!(port = dst, error = %e, "receive notification failed");
             }

@@ -10,7 +10,7 @@
 //! through `fabric::tx_return`), with [`WindowRing`].
 
 use crate::fabric::GuestMem;
-use crate::rx::UsedWindow;
+use crate::rx::{Parked, UsedWindow};
 use std::io;
 use std::sync::Arc;
 use vhost_user_backend::VringState;
@@ -107,6 +107,9 @@ pub struct RxCtl {
     /// fabric copies pair 0's into [`crate::fabric::Attached::tx_watch`] at attach and
     /// reads it from there, without this lock.
     pub tx_watch: Option<u32>,
+    /// Frames written whose used entries wait for the next notification decision
+    /// (`dim-lat:overtake=on`, see [`crate::rx::Parked`]).
+    pub parked: Parked,
 }
 
 /// A transmit queue's moderation and kick-wait state.
@@ -140,7 +143,43 @@ impl RxCtl {
                 }
                 _ => None,
             },
+            parked: Parked::default(),
         })
+    }
+
+    /// The queue's notifier, and its vring as the notifier sees it (decisions through the
+    /// queue's window, parked entries published first, see [`WindowRing`]).
+    pub fn split<'a>(
+        &'a mut self,
+        state: &'a mut VringState<GuestMem>,
+    ) -> (&'a mut QueueNotifier, WindowRing<'a>) {
+        let ring = WindowRing {
+            state,
+            mem: None,
+            window: &mut self.window,
+            parked: Some(&mut self.parked),
+        };
+        (&mut self.notifier, ring)
+    }
+
+    /// When parked entries must go out now although no notification is due: the policy
+    /// holds nothing any more (the guest replaced it), or `force` (the queue could not take
+    /// the next frame, so the driver must see its buffers to refill; or the frontend stops
+    /// the ring). Publishes them and notifies if the driver wants it.
+    ///
+    /// # Errors
+    /// When the rings or the call eventfd cannot be accessed.
+    pub fn settle_parked(
+        &mut self,
+        state: &mut VringState<GuestMem>,
+        mem: &GuestMemoryMmap,
+        force: bool,
+    ) -> vmirq_vhost::Result<()> {
+        if self.parked.is_empty() || (!force && self.notifier.held() > 0) {
+            return Ok(());
+        }
+        let (notifier, mut ring) = self.split(state);
+        notifier.signal(&mut ring, mem)
     }
 }
 
@@ -178,6 +217,7 @@ impl TxCtl {
             state,
             mem: Some(mem),
             window: &mut self.window,
+            parked: None,
         };
         (&mut self.notifier, ring)
     }
@@ -196,7 +236,9 @@ pub fn kick_sampler(source: Box<dyn CpuSource>) -> CpuSampler {
 /// ([`crate::rx::publish_used`], per frame or per burst), which virtio-queue's own window
 /// does not see: notification decisions come from the queue's [`UsedWindow`]. Receive and
 /// transmit queues alike; `mem` is the device's guest memory where the notifier may need
-/// it anew (transmit: the held completions' resume), `None` otherwise.
+/// it anew (transmit: the held completions' resume), `None` otherwise. A receive queue's
+/// parked entries ([`Parked`]) are published right before each decision, so a notification
+/// covers them.
 pub struct WindowRing<'a> {
     /// The vring.
     pub state: &'a mut VringState<GuestMem>,
@@ -204,15 +246,22 @@ pub struct WindowRing<'a> {
     pub mem: Option<&'a GuestMem>,
     /// Its notification window.
     pub window: &'a mut UsedWindow,
+    /// A receive queue's parked entries.
+    pub parked: Option<&'a mut Parked>,
 }
 
 impl<'a> WindowRing<'a> {
     /// A receive queue's view (no memory re-read).
-    pub fn rx(state: &'a mut VringState<GuestMem>, window: &'a mut UsedWindow) -> Self {
+    pub fn rx(
+        state: &'a mut VringState<GuestMem>,
+        window: &'a mut UsedWindow,
+        parked: &'a mut Parked,
+    ) -> Self {
         Self {
             state,
             mem: None,
             window,
+            parked: Some(parked),
         }
     }
 }
@@ -225,6 +274,11 @@ impl Ring for WindowRing<'_> {
         self.state.signal_used_queue()
     }
     fn needs_notification(&mut self, mem: &GuestMemoryMmap) -> vmirq_vhost::Result<bool> {
+        if let Some(parked) = self.parked.as_deref_mut().filter(|p| !p.is_empty()) {
+            parked
+                .publish(self.state.get_queue_mut(), mem)
+                .map_err(|e| QueueError::Queue(virtio_queue::Error::GuestMemory(e)))?;
+        }
         self.window
             .needs_notification(self.state.get_queue(), mem)
             .map_err(|e| QueueError::Queue(virtio_queue::Error::GuestMemory(e)))

@@ -20,7 +20,9 @@ use vm_memory::GuestMemoryMmap;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, VolatileMemory};
 use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
+mod parked;
 mod refill;
+pub use parked::Parked;
 pub use refill::{arm_refill_kick, quiet_refill_kicks};
 
 /// What happened to a frame.
@@ -117,6 +119,18 @@ impl UsedBatch {
         self.heads.is_empty()
     }
 
+    /// Move every entry of `other` to the end of this batch.
+    pub fn append(&mut self, other: &mut UsedBatch) {
+        self.heads.append(&mut other.heads);
+        self.lens.append(&mut other.lens);
+    }
+
+    /// Forget every waiting entry.
+    pub fn clear(&mut self) {
+        self.heads.clear();
+        self.lens.clear();
+    }
+
     /// Publish every waiting entry with one index store ([`publish_used`]) and forget them.
     ///
     /// # Errors
@@ -141,7 +155,22 @@ pub fn deliver(
     mrg_rxbuf: bool,
     s: &mut RxScratch,
 ) -> RxOutcome {
+    let out = deliver_unpublished(q, mem, frame, mrg_rxbuf, s);
+    publish_pending(q, mem, s, out)
+}
+
+/// [`deliver`] without the publish: the frame's used entries (or a bad chain's, with
+/// length 0) wait in `s` until [`publish_pending`] publishes them, or they move elsewhere
+/// through [`RxScratch::pending_mut`] ([`Parked::park`]).
+pub fn deliver_unpublished(
+    q: &mut Queue,
+    mem: &GuestMemoryMmap,
+    frame: &[u8],
+    mrg_rxbuf: bool,
+    s: &mut RxScratch,
+) -> RxOutcome {
     let mut used = std::mem::take(&mut s.pending);
+    used.clear();
     let table = rx_rings(q, mem);
     let out = stage(
         q,
@@ -152,12 +181,29 @@ pub fn deliver(
         s,
         &mut used,
     );
-    let published = used.is_empty() || used.publish(q, mem).is_ok();
     s.pending = used;
-    if published {
+    out
+}
+
+/// Publish the entries [`deliver_unpublished`] left in `s` (if any); `out` is its outcome,
+/// returned unless the used ring cannot be written (then [`RxOutcome::Broken`]).
+pub fn publish_pending(
+    q: &mut Queue,
+    mem: &GuestMemoryMmap,
+    s: &mut RxScratch,
+    out: RxOutcome,
+) -> RxOutcome {
+    if s.pending.is_empty() || s.pending.publish(q, mem).is_ok() {
         out
     } else {
         RxOutcome::Broken
+    }
+}
+
+impl RxScratch {
+    /// The entries [`deliver_unpublished`] left unpublished.
+    pub fn pending_mut(&mut self) -> &mut UsedBatch {
+        &mut self.pending
     }
 }
 

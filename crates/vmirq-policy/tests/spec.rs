@@ -35,6 +35,8 @@ fn every_moderation_policy_parses_and_round_trips() {
         "dim-lat:ack_pct=20",
         "dim-lat:mode=cqe,small_bytes=128,short_pkts=1,gap_us=6",
         "dim-lat:wait=on",
+        "dim-lat:overtake=on",
+        "dim-lat:wait=on,overtake=on",
         "spdk",
         "spdk:delay_base_us=40,iops_threshold=100000",
         "budget",
@@ -122,6 +124,8 @@ fn errors_name_the_bad_part_and_the_allowed_ones() {
     assert!(e.contains("percentage"), "{e}");
     let e = m("dim-lat:variant=rdma").unwrap_err().to_string();
     assert!(e.contains("no parameter"), "{e}");
+    let e = m("dim-lat:overtake=yes").unwrap_err().to_string();
+    assert!(e.contains("overtake=yes") && e.contains("on or off"), "{e}");
     let e = w("kvm:max_ns=-1").unwrap_err().to_string();
     assert!(e.contains("max_ns=-1"), "{e}");
     let e = w("fixed:ns=2000000000").unwrap_err().to_string();

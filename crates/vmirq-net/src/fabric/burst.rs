@@ -22,7 +22,7 @@ use super::{lock, Attached, Dests, Fabric, Sent, ARM_ATTEMPTS};
 use crate::classify::classify;
 use crate::counters::PortCounters;
 use crate::prefetch;
-use crate::queues::{RxCtl, TxCtl, WindowRing};
+use crate::queues::TxCtl;
 use crate::regions::RegionCache;
 use crate::rings::AvailView;
 use crate::rx::{
@@ -415,11 +415,8 @@ impl Fabric {
                 broken = true;
             }
         }
-        let RxCtl {
-            notifier, window, ..
-        } = &mut *ctl;
-        let mut batch = notifier.completions();
-        let mut ring = WindowRing::rx(&mut rx, window);
+        let mut batch = ctl.notifier.completions();
+        let (notifier, mut ring) = ctl.split(&mut rx);
         // The run's completions in one call (the same decisions as one per frame); the
         // first `Notify` covers them all, published above.
         let done = notifier

@@ -10,7 +10,7 @@
 
 use super::{Attached, BatchEnd, Dests, Fabric, Scratch, SCRATCH, TX_BATCH};
 use crate::counters::PortCounters;
-use crate::queues::{RxCtl, TxCtl, WindowRing};
+use crate::queues::TxCtl;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use vhost_user_backend::VringT;
@@ -254,10 +254,7 @@ impl Fabric {
                 continue;
             }
             let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
-            let RxCtl {
-                notifier, window, ..
-            } = &mut *ctl;
-            let mut ring = WindowRing::rx(&mut rx, window);
+            let (notifier, mut ring) = ctl.split(&mut rx);
             if let Err(e) = notifier.transmitted(sent, &mut ring, &mem) {
                 tracing::warn!(port = p, error = %e, "receive notification failed");
             }
@@ -275,13 +272,32 @@ impl Fabric {
             }
             // The memory is loaded only for a due pair (a kick wait calls this per spin).
             let mem = me.mem.memory();
-            pair.with_rx_moderation(|notifier, ring| {
+            pair.with_rx_moderation(&mem, |notifier, ring| {
                 if notifier.deadline().is_some_and(|d| now >= d) {
                     if let Err(e) = notifier.fire_due(now, ring, &mem) {
                         tracing::warn!(port = p, error = %e, "receive notification failed");
                     }
                 }
             });
+        }
+    }
+
+    /// Port `p`'s frontend stops vring `index` (GET_VRING_BASE, before the backend reads
+    /// its position): a receive queue's parked entries go out now
+    /// ([`crate::rx::Parked`]), so that every buffer taken from the ring is returned.
+    pub fn on_ring_stop(&self, p: usize, index: usize) {
+        let Some(me) = self.attached(p) else {
+            return;
+        };
+        // Receive queues have the even indices below the control queue's.
+        let Some(pair) = me.pairs.get(index / 2).filter(|_| index % 2 == 0) else {
+            return;
+        };
+        let mem = me.mem.memory();
+        let mut rx = pair.rx.get_mut();
+        let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = ctl.settle_parked(&mut rx, &mem, true) {
+            tracing::warn!(port = p, error = %e, "receive notification failed");
         }
     }
 
@@ -294,7 +310,7 @@ impl Fabric {
             return;
         };
         let mem = me.mem.memory();
-        pair.with_rx_moderation(|notifier, ring| {
+        pair.with_rx_moderation(&mem, |notifier, ring| {
             if notifier.take_expiry() {
                 if let Err(e) = notifier.on_timer(ring, &mem) {
                     tracing::warn!(port = p, error = %e, "receive notification failed");

@@ -77,6 +77,18 @@ pub struct Port {
 }
 
 pub fn attach(fabric: &Fabric, p: usize, port: &Port, atomic: &GuestMem, policies: &Policies) {
+    attach_with(fabric, p, port, atomic, policies, 0);
+}
+
+/// [`attach`] with the virtio `features` the driver negotiated.
+pub fn attach_with(
+    fabric: &Fabric,
+    p: usize,
+    port: &Port,
+    atomic: &GuestMem,
+    policies: &Policies,
+    features: u64,
+) {
     let slot = fabric.slot(p).expect("port");
     let pair = Pair {
         rx: port.rx.vring.clone(),
@@ -88,16 +100,27 @@ pub fn attach(fabric: &Fabric, p: usize, port: &Port, atomic: &GuestMem, policie
             TxCtl::new(policies, slot.tx_queues[0].clone()).expect("tx ctl"),
         )),
     };
-    attach_pairs(fabric, p, vec![pair], atomic);
+    attach_features(fabric, p, vec![pair], atomic, features);
 }
 
 /// Attach port `p` with `pairs` in use, no control queue, no features negotiated.
 pub fn attach_pairs(fabric: &Fabric, p: usize, pairs: Vec<Pair>, atomic: &GuestMem) {
+    attach_features(fabric, p, pairs, atomic, 0);
+}
+
+/// [`attach_pairs`] with the virtio `features` the driver negotiated.
+pub fn attach_features(
+    fabric: &Fabric,
+    p: usize,
+    pairs: Vec<Pair>,
+    atomic: &GuestMem,
+    features: u64,
+) {
     let active = u16::try_from(pairs.len()).expect("pairs");
     let attached = Attached::new(
         pairs,
         atomic.clone(),
-        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(features)),
         Arc::new(AtomicU16::new(active)),
         Arc::new(Revocation::new()),
         None,
@@ -149,6 +172,11 @@ impl Rig {
 
     /// `n` ports (up to 2: each queue's data in 1.5 MiB; more share the region).
     pub fn with_ports(policies: &Policies, n: usize) -> Self {
+        Self::with_features(policies, n, 0)
+    }
+
+    /// [`Rig::with_ports`] with drivers that negotiated the virtio `features`.
+    pub fn with_features(policies: &Policies, n: usize, features: u64) -> Self {
         let mem = GuestMemoryMmap::from_ranges(&[(
             GuestAddress(0),
             usize::try_from(REGION0_LEN).expect("64-bit"),
@@ -167,7 +195,7 @@ impl Rig {
             .collect();
         let fabric = Fabric::new(Switch::new(SwitchMode::Pairs, n));
         for (p, port) in ports.iter().enumerate() {
-            attach(&fabric, p, port, &atomic, policies);
+            attach_with(&fabric, p, port, &atomic, policies, features);
         }
         Self { fabric, ports }
     }

@@ -66,6 +66,28 @@ impl Moderation {
         }
     }
 
+    /// Whether the device should keep the completion `meta` out of the used ring while its
+    /// notification is held, so that short messages of other flows can be published ahead
+    /// of it (`dim-lat:overtake=on`, see [`super::dim::burst`]); false for every other
+    /// policy.
+    #[must_use]
+    pub fn parks(&self, meta: &super::CompletionMeta) -> bool {
+        match self {
+            Self::Dim(d) => d.config().burst.is_some_and(|f| f.parks(meta)),
+            _ => false,
+        }
+    }
+
+    /// Whether the policy may ever ask the device to keep completions out of the used ring
+    /// ([`Self::parks`]).
+    #[must_use]
+    pub fn overtakes(&self) -> bool {
+        match self {
+            Self::Dim(d) => d.config().burst.is_some_and(|f| f.overtake),
+            _ => false,
+        }
+    }
+
     /// The policy starts at `now` on its executor's clock (a periodic loop schedules its
     /// first wakeup one period later; the other policies have no start time). Call it before
     /// the first event.

@@ -31,7 +31,7 @@ pub enum ModerationSpec {
     /// `dim-loop:period_ms=P,mode=eqe|cqe,dir=rx|tx`: net_dim as a hypervisor-side control
     /// loop reading the queue's counters every `period_ms` and programming `count`.
     DimLoop(DimLoopConfig),
-    /// `dim-lat:mode=eqe|cqe,dir=rx|tx,ack_pct=A,small_bytes=B,short_pkts=N,gap_us=G,wait=on|off`:
+    /// `dim-lat:mode=eqe|cqe,dir=rx|tx,ack_pct=A,small_bytes=B,short_pkts=N,gap_us=G,wait=on|off,overtake=on|off`:
     /// net_dim with the latency-adaptive packet-burst heuristics (its `burst` is set).
     DimLat(DimConfig),
     /// `spdk:delay_base_us=D,iops_threshold=T`.
@@ -217,6 +217,7 @@ fn parse_dim_lat(mut p: Params<'_>) -> Result<DimConfig, SpecError> {
             "small_bytes" => f.small_bytes = v.u32(0, 65_535, "bytes, 0 to 65535")?,
             "short_pkts" => f.short_pkts = v.u32(0, 65_535, "a count, 0 to 65535")?,
             "wait" => f.response_wait = v.choice(&["off", "on"], "on or off")? == 1,
+            "overtake" => f.overtake = v.choice(&["off", "on"], "on or off")? == 1,
             _ => f.gap_us = v.u32(0, USECS_MAX, "microseconds, 0 to 1000000")?,
         }
     }
@@ -285,6 +286,7 @@ impl FromStr for ModerationSpec {
                     "short_pkts",
                     "gap_us",
                     "wait",
+                    "overtake",
                 ],
                 params,
             ))?),
@@ -430,6 +432,14 @@ impl fmt::Display for ModerationSpec {
                         "wait=on"
                     } else {
                         "wait=off"
+                    })?;
+                }
+                if b.overtake != d.overtake {
+                    s.put(f)?;
+                    f.write_str(if b.overtake {
+                        "overtake=on"
+                    } else {
+                        "overtake=off"
                     })?;
                 }
             }

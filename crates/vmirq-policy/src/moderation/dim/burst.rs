@@ -42,6 +42,17 @@
 //! reads them first. So a receive queue also hears what its port transmits: a short message
 //! sent (a request) releases the held packets at once and stops holding until the response
 //! arrives ([`ResponseWait`], `wait=on`; off by default until a quiet run shows it helps).
+//!
+//! # Overtaking (`overtake=on`, vmirq's, not the talk's)
+//! A bypass cannot help a message that is read after the bulk packets in front of it: the
+//! driver reads a used ring in order. With `overtake=on` the policy also says which
+//! completions the device may keep out of the used ring while it holds their notification
+//! ([`BurstFilter::parks`]: the large class). The device writes such a packet into its
+//! buffers but publishes its used entry only when the notification goes out; a short
+//! message of another flow is published at once, so it lands in the used ring ahead of the
+//! parked bulk and the driver reads it first. Which packets share a flow, and the virtio
+//! rule that forbids it (VIRTIO_F_IN_ORDER), are the device's to check: the policy only
+//! classifies. Without overtaking, holding a notification never delays a published entry.
 
 use crate::moderation::CompletionMeta;
 use crate::{Nanos, NS_PER_US};
@@ -102,6 +113,9 @@ pub struct BurstFilter {
     /// machine it did not lower the messages' latency and cost interrupts (see
     /// `crates/vmirq-net/results/README.md`); a quiet run compares both.
     pub response_wait: bool,
+    /// Whether the device may publish a short message ahead of the held bulk packets of
+    /// other flows (`overtake=on`, see the module documentation).
+    pub overtake: bool,
 }
 
 impl Default for BurstFilter {
@@ -112,6 +126,7 @@ impl Default for BurstFilter {
             short_pkts: 3,
             gap_us: 15,
             response_wait: false,
+            overtake: false,
         }
     }
 }
@@ -121,6 +136,14 @@ impl BurstFilter {
     #[must_use]
     pub fn is_small(&self, meta: &CompletionMeta) -> bool {
         meta.bytes <= self.small_bytes || meta.has(CompletionMeta::ACK_ONLY)
+    }
+
+    /// Whether the device should keep a completion with `meta` out of the used ring while
+    /// its notification is held (`overtake=on` and the large class), so that short messages
+    /// can be published ahead of it.
+    #[must_use]
+    pub fn parks(&self, meta: &CompletionMeta) -> bool {
+        self.overtake && !self.is_small(meta)
     }
 
     /// Whether a burst with these counts should bypass moderation.
@@ -356,6 +379,22 @@ mod tests {
         let mut o = ResponseWait::default();
         assert!(!o.on_transmit(&off, 0, &pkt(64), period));
         assert!(!o.on_completion(&off, 1, &pkt(1_500)));
+    }
+
+    #[test]
+    fn only_large_packets_park_and_only_with_overtake_on() {
+        let on = BurstFilter {
+            overtake: true,
+            ..BurstFilter::default()
+        };
+        assert!(on.parks(&pkt(1_514)));
+        assert!(on.parks(&pkt(257)));
+        assert!(!on.parks(&pkt(256)), "a short message");
+        assert!(!on.parks(&pkt(64)));
+        let big_ack = pkt(1_514).with(CompletionMeta::ACK_ONLY);
+        assert!(!on.parks(&big_ack), "ACK-only is the small class");
+        let off = BurstFilter::default();
+        assert!(!off.parks(&pkt(1_514)), "overtake is off by default");
     }
 
     #[test]

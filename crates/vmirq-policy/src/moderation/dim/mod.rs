@@ -164,6 +164,12 @@ impl Dim {
         }
     }
 
+    /// The parameters it was built with.
+    #[must_use]
+    pub fn config(&self) -> &DimConfig {
+        &self.cfg
+    }
+
     /// The current profile index.
     #[must_use]
     pub fn index(&self) -> u8 {
