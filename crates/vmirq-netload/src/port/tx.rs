@@ -2,8 +2,6 @@
 //! completions, and the TX interrupt switch.
 
 use super::{kick, ring_err, NetPort, PortError, Result, Written, HDR_U32, HDR_U64};
-#[cfg(doc)]
-use crate::frame::Encap;
 use crate::frame::{self, Mac, Pattern, Probe};
 use crate::memory::{GuestMemory, MemoryError};
 use crate::ring::RingError;
@@ -44,7 +42,7 @@ impl NetPort {
     ///
     /// # Errors
     /// [`PortError::Config`] for a length outside the encapsulation's minimum
-    /// ([`Encap::frame_len_min`]) ..= `tx_frame_max`.
+    /// ([`crate::frame::Encap::frame_len_min`]) ..= `tx_frame_max`.
     pub fn send(&mut self, probe: &Probe, dst: Mac, pattern: &Pattern) -> Result<bool> {
         let len = probe.len;
         if len < self.encap.frame_len_min() || len > self.cfg.tx_frame_max {

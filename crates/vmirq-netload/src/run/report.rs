@@ -39,7 +39,7 @@ pub struct Snapshot {
 pub struct FrameErrors {
     /// Not probe frames.
     pub foreign: u64,
-    /// Probe frames with a wrong length, payload or trailer.
+    /// Probe frames with a wrong length, IPv4/UDP header, payload or trailer.
     pub invalid: u64,
     /// Probe frames on a port or flow they were not sent to.
     pub misrouted: u64,
