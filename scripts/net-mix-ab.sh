@@ -13,7 +13,11 @@
 # WORKLOAD (default the setup-5 mix), EXTRA (more netload arguments, default
 # "--ports 4 --sender wire"), EXTRA_A / EXTRA_B (arguments of one side only, e.g.
 # EXTRA_B="--napi queue" with A=B for an A/B of the client's NAPI model), MODS (default
-# "none dim-lat"), OUT.
+# "none dim-lat"), OUT. For IPv4/UDP frames (one UDP flow per netload flow, what a switch
+# that treats flows differently needs) put `--frames udp` in EXTRA, so both sides send
+# them: EXTRA="--ports 4 --sender wire --frames udp". Messages must then be at least 82
+# bytes: WORKLOAD="mix:1514@812744+96/200" (the default's 64-byte messages are refused).
+# EXTRA goes to both binaries, and a binary older than --frames refuses the option.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

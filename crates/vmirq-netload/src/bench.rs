@@ -3,11 +3,11 @@
 //! so that the machine's noise hits every mode alike, and summarise each metric as median,
 //! min and max with the interrupt/poll ratio of the medians.
 
-use crate::frame::Pattern;
+use crate::frame::{Encap, Pattern};
 use crate::peer::{self, PeerError, TestPmd, TestPmdConfig};
 use crate::port::{connect_all, PortConfig, PortError};
 use crate::run::{self, Mode, Report, RunConfig, RunError};
-use crate::workload::Workload;
+use crate::workload::{Workload, WorkloadError};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -34,6 +34,9 @@ pub enum BenchError {
         #[source]
         source: RunError,
     },
+    /// The workload does not suit the run's encapsulation (checked before anything starts).
+    #[error("workload")]
+    Workload(#[from] WorkloadError),
     /// A temporary directory for testpmd's sockets.
     #[error("temporary directory")]
     TempDir(#[source] std::io::Error),
@@ -189,6 +192,8 @@ pub struct BenchResult {
     pub peer: String,
     /// The workload.
     pub workload: Workload,
+    /// Encapsulation of the frames sent.
+    pub frames: Encap,
     /// Every run, in the order run.
     pub runs: Vec<Report>,
 }
@@ -220,7 +225,11 @@ impl BenchResult {
             .filter(|m| self.runs.iter().any(|r| r.mode == *m))
             .collect();
         let mut s = String::new();
-        let _ = write!(s, "{:<24}", self.workload.to_string());
+        let mut title = self.workload.to_string();
+        if self.frames != Encap::Raw {
+            let _ = write!(title, " ({} frames)", self.frames.as_str());
+        }
+        let _ = write!(s, "{title:<24}");
         for m in &modes {
             let _ = write!(s, " {:>34}", m.as_str());
         }
@@ -264,6 +273,8 @@ pub fn bench(
     cfg: &BenchConfig,
     mut progress: impl FnMut(&Report),
 ) -> Result<BenchResult, BenchError> {
+    cfg.workload.validate()?;
+    cfg.workload.check_encap(cfg.run.frames)?;
     let ports_needed = cfg.testpmd_ports;
     let dir;
     let mut pmd = None;
@@ -319,6 +330,7 @@ pub fn bench(
     Ok(BenchResult {
         peer,
         workload: cfg.workload,
+        frames: cfg.run.frames,
         runs,
     })
 }

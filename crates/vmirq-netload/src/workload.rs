@@ -2,7 +2,7 @@
 //! between two ports (TCP_RR-like), or the moderation talk's mix (a bulk stream plus short
 //! request/response messages, on the same queues or on a second pair of ports).
 
-use crate::frame::{FRAME_LEN_MAX, FRAME_LEN_MIN};
+use crate::frame::{Encap, FRAME_LEN_MAX, FRAME_LEN_MIN};
 use serde::Serialize;
 use std::fmt;
 
@@ -45,6 +45,20 @@ pub enum WorkloadError {
     /// A frame length outside 60..=9216.
     #[error("frame length {0} outside {FRAME_LEN_MIN}..={FRAME_LEN_MAX}")]
     FrameLen(u32),
+    /// A frame length too short for the encapsulation's headers and trailer.
+    #[error(
+        "frame length {len} is too short for {} frames: the shortest is {min} bytes \
+         (headers and trailer)",
+        encap.as_str()
+    )]
+    TooShortFor {
+        /// The shortest frame of the workload.
+        len: u32,
+        /// The encapsulation.
+        encap: Encap,
+        /// Its shortest frame.
+        min: u32,
+    },
     /// A zero rate, depth or interval.
     #[error("{0} must be positive")]
     Zero(&'static str),
@@ -133,6 +147,31 @@ impl Workload {
                 needs,
                 got: ports,
             })
+        }
+    }
+
+    /// Check that every frame of this workload can carry `encap`'s headers and trailer
+    /// (`raw`: [`Self::validate`]'s 60 bytes; `udp`: 82).
+    ///
+    /// # Errors
+    /// [`WorkloadError::TooShortFor`].
+    pub fn check_encap(&self, encap: Encap) -> Result<(), WorkloadError> {
+        let len = self.min_frame_len();
+        let min = encap.frame_len_min();
+        if len < min {
+            return Err(WorkloadError::TooShortFor { len, encap, min });
+        }
+        Ok(())
+    }
+
+    /// The shortest frame any port sends.
+    #[must_use]
+    pub fn min_frame_len(&self) -> u32 {
+        match *self {
+            Self::Stream { frame_len, .. } | Self::Rr { frame_len, .. } => frame_len,
+            Self::Mix {
+                bulk_len, msg_len, ..
+            } => bulk_len.min(msg_len),
         }
     }
 
@@ -328,5 +367,38 @@ mod tests {
         assert!(m.check_ports(3).is_err());
         assert!(r.check_ports(4).is_err());
         assert_eq!(m.to_string(), "mix 9014B @max + 64B every 100us");
+    }
+
+    #[test]
+    fn udp_frames_need_82_bytes() {
+        let refused: Workload = "mix:1514@812744+64/200".parse().expect("valid raw");
+        assert!(refused.check_encap(Encap::Raw).is_ok());
+        let e = refused
+            .check_encap(Encap::Udp)
+            .expect_err("64-byte messages");
+        assert_eq!(
+            e,
+            WorkloadError::TooShortFor {
+                len: 64,
+                encap: Encap::Udp,
+                min: 82
+            }
+        );
+        let text = e.to_string();
+        assert!(text.contains("82") && text.contains("udp"), "{text}");
+        let ok: Workload = "mix:1514@812744+96/200".parse().expect("valid");
+        assert!(ok.check_encap(Encap::Udp).is_ok());
+        for (spec, udp_ok) in [
+            ("stream:81", false),
+            ("stream:82", true),
+            ("rr:64", false),
+            ("rr:82x4", true),
+            ("mix:64+1514", false),
+            ("mix:82+82", true),
+        ] {
+            let w: Workload = spec.parse().expect("valid raw");
+            assert!(w.check_encap(Encap::Raw).is_ok(), "{spec}");
+            assert_eq!(w.check_encap(Encap::Udp).is_ok(), udp_ok, "{spec}");
+        }
     }
 }

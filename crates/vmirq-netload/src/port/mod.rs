@@ -6,9 +6,10 @@
 //! copy a guest's `recvmsg` makes). Transmit buffers are filled with the probe payload once;
 //! a send writes the net header's neighbour (probe header) and trailer only. Whatever the
 //! device writes is validated; violations are counted in [`Faults`] and the buffer is
-//! recycled, a broken ring is an error.
+//! recycled, a broken ring is an error. A port sends in one encapsulation at a time
+//! ([`NetPort::set_encap`]: `raw` unless set), whoever sends on it.
 
-use crate::frame::{self, Mac, Pattern};
+use crate::frame::{self, Encap, Mac, Pattern};
 use crate::memory::{GuestMemory, MemoryError};
 use crate::ring::{DriverRing, Fault, RingError, RingLayout};
 use crate::vhost::{Session, SessionError};
@@ -198,6 +199,8 @@ pub struct NetPort {
     cfg: PortConfig,
     mrg_rxbuf: bool,
     mac: Mac,
+    /// Encapsulation of the frames this port sends.
+    encap: Encap,
     rx: DriverRing,
     tx: DriverRing,
     rx_kick: EventFd,
@@ -207,9 +210,19 @@ pub struct NetPort {
     rx_base: u64,
     tx_base: u64,
     tx_buf_len: u64,
-    /// Frame length last sent from each TX buffer (where its trailer sits).
-    tx_last_len: Vec<u32>,
+    /// What the last frame sent from each TX buffer wrote over the pattern.
+    tx_last: Vec<Written>,
     counters: PortCounters,
+}
+
+/// Where the last frame sent from a TX buffer wrote over the payload pattern: its header
+/// (`header_len` bytes from the start) and its trailer (the last bytes of `len`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Written {
+    /// Frame length (0: nothing sent yet).
+    len: u32,
+    /// Header length.
+    header_len: usize,
 }
 
 fn ring_err(queue: &'static str) -> impl FnOnce(RingError) -> PortError {
@@ -292,6 +305,7 @@ impl NetPort {
             cfg,
             mrg_rxbuf,
             mac,
+            encap: Encap::Raw,
             rx,
             tx,
             rx_kick,
@@ -301,7 +315,7 @@ impl NetPort {
             rx_base,
             tx_base,
             tx_buf_len,
-            tx_last_len: vec![0; usize::from(cfg.tx_queue_size)],
+            tx_last: vec![Written::default(); usize::from(cfg.tx_queue_size)],
             counters: PortCounters::default(),
         };
         port.fill_rx()?;
@@ -331,6 +345,18 @@ impl NetPort {
     #[must_use]
     pub const fn mac(&self) -> Mac {
         self.mac
+    }
+
+    /// The encapsulation of the frames this port sends.
+    #[must_use]
+    pub const fn encap(&self) -> Encap {
+        self.encap
+    }
+
+    /// Send the following frames in `encap` ([`crate::run::run`] sets its configuration's
+    /// on every port).
+    pub fn set_encap(&mut self, encap: Encap) {
+        self.encap = encap;
     }
 
     /// Negotiated virtio features.

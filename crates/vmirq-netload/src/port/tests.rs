@@ -4,7 +4,7 @@
 //! leaked buffer.
 
 use super::*;
-use crate::frame::{port_mac, Kind, Probe};
+use crate::frame::{port_mac, Encap, Kind, Probe};
 use crate::test_device::{Avail, TestDevice};
 
 const FEATURES: u64 = vn::F_VERSION_1 | vn::F_MRG_RXBUF | vn::F_EVENT_IDX;
@@ -81,6 +81,43 @@ fn transmitted_frames_are_intact_when_a_buffer_is_reused_with_other_lengths() {
         p.send(&probe(0, 9015), port_mac(1), &pattern).is_err(),
         "too long"
     );
+}
+
+#[test]
+fn a_buffer_reused_across_encapsulations_sends_intact_frames() {
+    let pattern = Pattern::new();
+    let mut p = port(small(), FEATURES);
+    let mut dev = TestDevice::new(&p.mem, p.tx.layout(), true);
+    // One TX descriptor: a raw frame after a udp one must find the pattern where the udp
+    // headers were (bytes 46..74), and the other way round.
+    let sends = [
+        (Encap::Raw, 1514),
+        (Encap::Udp, 82),
+        (Encap::Raw, 60),
+        (Encap::Udp, 9014),
+        (Encap::Raw, 9014),
+        (Encap::Udp, 1514),
+        (Encap::Udp, 1514),
+        (Encap::Raw, 1514),
+    ];
+    for (seq, (encap, len)) in (0..).zip(sends) {
+        p.set_encap(encap);
+        assert_eq!(p.encap(), encap);
+        assert!(p
+            .send(&probe(seq, len), port_mac(1), &pattern)
+            .expect("send"));
+        p.flush().expect("flush");
+        let bytes = transmitted(&mut dev);
+        let got = frame::parse_encap(&bytes[HDR_LEN..], &pattern, true);
+        assert_eq!(got, Ok((encap, probe(seq, len))), "frame {seq}");
+        assert_eq!(p.reclaim_tx().expect("reclaim"), 1);
+    }
+    p.set_encap(Encap::Udp);
+    assert!(
+        p.send(&probe(0, 81), port_mac(1), &pattern).is_err(),
+        "shorter than a udp frame's headers and trailer"
+    );
+    assert!(p.send(&probe(0, 82), port_mac(1), &pattern).expect("send"));
 }
 
 /// Device side of the RX ring: hands out buffers in order.

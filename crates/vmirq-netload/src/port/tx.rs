@@ -1,43 +1,68 @@
 //! Transmitting: writing probe frames into TX buffers, publishing and kicking, reclaiming
 //! completions, and the TX interrupt switch.
 
-use super::{kick, ring_err, NetPort, PortError, Result, HDR_U32, HDR_U64};
+use super::{kick, ring_err, NetPort, PortError, Result, Written, HDR_U32, HDR_U64};
 use crate::frame::{self, Mac, Pattern, Probe};
+use crate::memory::{GuestMemory, MemoryError};
 use crate::ring::RingError;
 
+/// Offset of the trailer in a frame of `len` bytes.
+fn trailer_at(len: u32) -> u64 {
+    u64::from(len).saturating_sub(frame::TRAILER_LEN as u64)
+}
+
+/// Before frame `now` is written into the TX buffer at `frame_gpa`, put back the payload
+/// pattern where the buffer's previous frame `old` wrote and `now` will not: its trailer
+/// when the length changes, and the end of its header when `now`'s header is shorter
+/// (a `udp` frame followed by a `raw` one). Nothing to do in the steady state.
+fn restore_pattern(
+    mem: &GuestMemory,
+    frame_gpa: u64,
+    old: Written,
+    now: Written,
+    pattern: &Pattern,
+) -> std::result::Result<(), MemoryError> {
+    if old.len != 0 && old.len != now.len {
+        let at = trailer_at(old.len);
+        let from = usize::try_from(at).unwrap_or(0);
+        let original = &pattern.prefix(old.len as usize)[from..];
+        mem.write(frame_gpa + at, original)?;
+    }
+    if old.header_len > now.header_len {
+        let original = &pattern.prefix(old.header_len)[now.header_len..];
+        mem.write(frame_gpa + now.header_len as u64, original)?;
+    }
+    Ok(())
+}
+
 impl NetPort {
-    /// Put one probe frame in the TX ring (visible to the device after [`Self::flush`]).
-    /// False, counted in `tx_ring_full`, when the ring has no free descriptor.
+    /// Put one probe frame in the TX ring, in this port's encapsulation (visible to the
+    /// device after [`Self::flush`]). False, counted in `tx_ring_full`, when the ring has no
+    /// free descriptor.
     ///
     /// # Errors
-    /// [`PortError::Config`] for a length outside 60..=`tx_frame_max`.
+    /// [`PortError::Config`] for a length outside the encapsulation's minimum
+    /// ([`crate::frame::Encap::frame_len_min`]) ..= `tx_frame_max`.
     pub fn send(&mut self, probe: &Probe, dst: Mac, pattern: &Pattern) -> Result<bool> {
         let len = probe.len;
-        if len < frame::FRAME_LEN_MIN || len > self.cfg.tx_frame_max {
+        if len < self.encap.frame_len_min() || len > self.cfg.tx_frame_max {
             return Err(PortError::Config("frame length outside this port's range"));
         }
-        let header = frame::header(probe, self.mac, dst);
+        let header = self.encap.header(probe, self.mac, dst);
+        let header = header.as_bytes();
         let trailer = frame::trailer(probe.seq);
-        let (mem, base, buf_len, last) = (
-            &self.mem,
-            self.tx_base,
-            self.tx_buf_len,
-            &mut self.tx_last_len,
-        );
+        let (mem, base, buf_len, last) =
+            (&self.mem, self.tx_base, self.tx_buf_len, &mut self.tx_last);
         let added = self.tx.add_with::<RingError>(mem, false, |id| {
             let frame_gpa = base + u64::from(id) * buf_len + HDR_U64;
-            let trailer_at = |len: u32| u64::from(len) - frame::TRAILER_LEN as u64;
-            let old = last[usize::from(id)];
-            if old != 0 && old != len {
-                // Put back the payload the previous frame's trailer covered.
-                let at = trailer_at(old);
-                let from = usize::try_from(at).unwrap_or(0);
-                let original = &pattern.prefix(old as usize)[from..];
-                mem.write(frame_gpa + at, original)?;
-            }
-            mem.write(frame_gpa, &header)?;
+            let now = Written {
+                len,
+                header_len: header.len(),
+            };
+            restore_pattern(mem, frame_gpa, last[usize::from(id)], now, pattern)?;
+            mem.write(frame_gpa, header)?;
             mem.write(frame_gpa + trailer_at(len), &trailer)?;
-            last[usize::from(id)] = len;
+            last[usize::from(id)] = now;
             Ok((frame_gpa - HDR_U64, HDR_U32 + len))
         });
         let added = added.map_err(ring_err("tx"))?;

@@ -8,7 +8,7 @@ use super::wire::WireShared;
 use super::{
     os, port_err, Mode, Napi, Phase, Report, Result, RunConfig, RunError, BULK_FLOW, RR_FLOW,
 };
-use crate::frame::{self, FrameError, Mac, Pattern, Probe};
+use crate::frame::{self, Encap, EncapCounts, FrameError, Mac, Pattern, Probe};
 use crate::port::{Faults, NetPort};
 use crate::virtio_net::feature_names;
 use crate::workload::Workload;
@@ -29,6 +29,9 @@ pub(super) struct WireLink<'a> {
     /// The wire port's address.
     pub remote: Mac,
 }
+
+/// A received frame, parsed: its encapsulation and probe, or why it is not one.
+type Parsed = std::result::Result<(Encap, Probe), FrameError>;
 
 /// Most rounds of the last look after a timed-out drain.
 const LAST_LOOK_ROUNDS: usize = 1024;
@@ -66,7 +69,9 @@ pub(super) struct Engine<'a> {
     scratch: Vec<u8>,
     /// Frames of one round: (port, frames read from the port before it since its ring was
     /// last empty, its number among all frames read, parsed frame).
-    inbox: Vec<(usize, u64, u64, std::result::Result<Probe, FrameError>)>,
+    inbox: Vec<(usize, u64, u64, Parsed)>,
+    /// Valid probe frames received in the run, by encapsulation.
+    received: EncapCounts,
     /// Per port, with `Napi::Queue`: its NAPI context is scheduled (its interrupt came, or
     /// its last poll filled the budget); unscheduled ports have their callbacks enabled.
     scheduled: Vec<bool>,
@@ -146,6 +151,7 @@ impl<'a> Engine<'a> {
             touched: Vec::new(),
             scratch: Vec::with_capacity(frame::FRAME_LEN_MAX as usize),
             inbox: Vec::new(),
+            received: EncapCounts::default(),
             // Every context starts scheduled: the first poll finds the rings' state and
             // completes (enabling callbacks) where it drains.
             scheduled: vec![true; n],
@@ -303,7 +309,7 @@ impl<'a> Engine<'a> {
             let mut index = msgs.read_total();
             let n = p
                 .receive(cfg.budget, scratch, &mut |f| {
-                    inbox.push((i, pos, index, frame::parse(f, pattern, verify)));
+                    inbox.push((i, pos, index, frame::parse_encap(f, pattern, verify)));
                     pos += 1;
                     index += 1;
                 })
@@ -324,7 +330,15 @@ impl<'a> Engine<'a> {
         let mut inbox = std::mem::take(&mut self.inbox);
         for (port, ahead, index, parsed) in inbox.drain(..) {
             let p = match parsed {
-                Ok(p) => p,
+                Ok((encap, p)) => {
+                    self.received.add(encap);
+                    if is_hello(&p) {
+                        // A late probe of `await_paths`.
+                        self.hellos.count(encap);
+                        continue;
+                    }
+                    p
+                }
                 Err(FrameError::Foreign) => {
                     self.errors.foreign += 1;
                     continue;
@@ -335,11 +349,6 @@ impl<'a> Engine<'a> {
                     continue;
                 }
             };
-            if is_hello(&p) {
-                // A late probe of `await_paths`.
-                self.hellos.received += 1;
-                continue;
-            }
             let routed = match p.kind {
                 frame::Kind::Bulk => match self.bulk.as_mut() {
                     Some(b) if b.flow == p.flow && b.rx == port => {
@@ -615,6 +624,8 @@ impl<'a> Engine<'a> {
         let totals = Totals {
             workload: self.cfg.workload,
             mode: self.cfg.mode,
+            frames: self.cfg.frames,
+            received_frames: self.received,
             features: self
                 .ports
                 .first()

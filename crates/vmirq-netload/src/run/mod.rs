@@ -6,7 +6,9 @@
 //! callback, delayed, on a port whose ring is full), re-checks for a race, and sleeps on the
 //! call eventfds until a signal or the next paced send; poll mode spins instead. A run has a
 //! warm-up, a measured window, and a drain (new traffic stops, in-flight frames may
-//! arrive), all bounded in time.
+//! arrive), all bounded in time. Every frame of a run (path probes, bulk, requests and
+//! responses, the wire sender's) is sent in the run's encapsulation ([`RunConfig::frames`]);
+//! the receivers take either.
 
 mod engine;
 pub mod flows;
@@ -16,6 +18,7 @@ mod paths;
 pub mod report;
 pub mod wire;
 
+use crate::frame::Encap;
 use crate::port::{NetPort, PortError};
 use crate::workload::{Workload, WorkloadError};
 use hdrhistogram::Histogram;
@@ -168,6 +171,9 @@ pub struct RunConfig {
     /// it; `None`: the client thread sends it. `stream` or `mix`; in the mix on two ports
     /// the wire also answers the client's requests (its port 0 is the far end).
     pub wire_sender: Option<Option<usize>>,
+    /// Encapsulation of every frame the run sends (`--frames`; [`run`] sets it on every
+    /// port). `raw` by default, so earlier numbers stay comparable.
+    pub frames: Encap,
 }
 
 impl RunConfig {
@@ -187,14 +193,17 @@ impl RunConfig {
             bulk_window: None,
             backend_pid: None,
             wire_sender: None,
+            frames: Encap::Raw,
         }
     }
 }
 
-/// Flow ids in the frames.
-const HELLO_FLOW: u8 = 0;
-const BULK_FLOW: u8 = 1;
-const RR_FLOW: u8 = 2;
+/// Flow id of the path probes of [`await_paths`].
+pub const HELLO_FLOW: u8 = 0;
+/// Flow id of the bulk stream.
+pub const BULK_FLOW: u8 = 1;
+/// Flow id of the request/response transactions.
+pub const RR_FLOW: u8 = 2;
 
 pub(crate) fn port_err(index: usize) -> impl FnOnce(PortError) -> RunError {
     move |source| RunError::Port { index, source }
@@ -216,7 +225,11 @@ enum Phase {
 /// [`RunError`].
 pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
     cfg.workload.validate()?;
+    cfg.workload.check_encap(cfg.frames)?;
     cfg.workload.check_ports(ports.len())?;
+    for p in ports.iter_mut() {
+        p.set_encap(cfg.frames);
+    }
     if let Some(cpu) = cfg.cpu {
         os::pin_to(cpu);
     }
@@ -273,4 +286,36 @@ pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
         sent?;
         Ok(report)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::WorkloadError;
+
+    #[test]
+    fn a_workload_too_short_for_its_encapsulation_is_refused_before_anything_runs() {
+        let w: Workload = "mix:1514@812744+64/200".parse().expect("valid raw");
+        let mut cfg = RunConfig::new(w, Mode::Interrupt);
+        cfg.frames = Encap::Udp;
+        let e = run(&mut [], &cfg).expect_err("64-byte messages in udp frames");
+        assert!(
+            matches!(
+                e,
+                RunError::Workload(WorkloadError::TooShortFor {
+                    len: 64,
+                    encap: Encap::Udp,
+                    min: 82
+                })
+            ),
+            "{e:?}"
+        );
+        // Raw frames of 64 bytes are fine: the run goes on to count the ports.
+        cfg.frames = Encap::Raw;
+        let e = run(&mut [], &cfg).expect_err("no ports");
+        assert!(
+            matches!(e, RunError::Workload(WorkloadError::Ports { .. })),
+            "{e:?}"
+        );
+    }
 }

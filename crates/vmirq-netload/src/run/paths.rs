@@ -1,7 +1,7 @@
 //! Before a run: make sure frames cross the peer in both directions of every port pair.
 
 use super::{port_err, Result, RunError, HELLO_FLOW, PATH_TIMEOUT};
-use crate::frame::{self, Pattern, Probe};
+use crate::frame::{self, Encap, Pattern, Probe};
 use crate::port::NetPort;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 /// 2 <-> 3, ...). A vhost-user backend acknowledges the last ring message before it has
 /// necessarily started switching the device's packets (DPDK's vhost PMD turns queuing on
 /// after replying), and vhost-user has no link-status message, so the client probes: one
-/// small hello frame per millisecond until one arrives. Returns the hellos sent and
-/// received: the peer drops those sent before it switched the port on.
+/// small hello frame (the shortest of the sending port's encapsulation) per millisecond
+/// until one arrives. Returns the hellos sent and received: the peer drops those sent
+/// before it switched the port on.
 ///
 /// # Errors
 /// [`RunError::NoPath`] after [`PATH_TIMEOUT`], or a port error.
@@ -27,11 +28,14 @@ pub fn await_paths(ports: &mut [NetPort]) -> Result<Hellos> {
             let mut arrived = 0;
             ports[to]
                 .receive(64, &mut scratch, &mut |f| {
-                    arrived +=
-                        u64::from(frame::parse(f, &pattern, false).is_ok_and(|p| is_hello(&p)));
+                    if let Ok((encap, p)) = frame::parse_encap(f, &pattern, false) {
+                        if is_hello(&p) {
+                            arrived += 1;
+                            hellos.count(encap);
+                        }
+                    }
                 })
                 .map_err(port_err(to))?;
-            hellos.received += arrived;
             ports[from].reclaim_tx().map_err(port_err(from))?;
             if arrived > 0 {
                 break;
@@ -44,7 +48,7 @@ pub fn await_paths(ports: &mut [NetPort]) -> Result<Hellos> {
                 flow: HELLO_FLOW,
                 seq,
                 t_ns: 0,
-                len: frame::FRAME_LEN_MIN,
+                len: ports[from].encap().frame_len_min(),
             };
             seq += 1;
             let mac = ports[to].mac();
@@ -72,4 +76,14 @@ pub struct Hellos {
     pub sent: u64,
     /// Hello frames received.
     pub received: u64,
+    /// Of those, `udp` frames.
+    pub received_udp: u64,
+}
+
+impl Hellos {
+    /// Count one hello received in `encap`.
+    pub fn count(&mut self, encap: Encap) {
+        self.received += 1;
+        self.received_udp += u64::from(encap == Encap::Udp);
+    }
 }

@@ -2,6 +2,7 @@
 //! CPU per packet over the measured window; loss and errors over the whole run.
 
 use super::Mode;
+use crate::frame::{Encap, EncapCounts};
 use crate::port::{Faults, PortCounters};
 use crate::workload::Workload;
 use hdrhistogram::Histogram;
@@ -38,7 +39,7 @@ pub struct Snapshot {
 pub struct FrameErrors {
     /// Not probe frames.
     pub foreign: u64,
-    /// Probe frames with a wrong length, payload or trailer.
+    /// Probe frames with a wrong length, IPv4/UDP header, payload or trailer.
     pub invalid: u64,
     /// Probe frames on a port or flow they were not sent to.
     pub misrouted: u64,
@@ -153,6 +154,11 @@ pub struct Report {
     pub workload: Workload,
     /// Interrupt or poll mode.
     pub mode: Mode,
+    /// Encapsulation of the frames sent (`raw` or `udp`).
+    pub frames: Encap,
+    /// Valid probe frames the client thread received over the whole run (path probes
+    /// after [`super::await_paths`] included), by encapsulation.
+    pub received_frames: EncapCounts,
     /// Negotiated virtio features of the first port.
     pub features: Vec<&'static str>,
     /// Measured window.
@@ -229,6 +235,10 @@ pub struct Totals<'a> {
     pub workload: Workload,
     /// Mode.
     pub mode: Mode,
+    /// Encapsulation sent.
+    pub frames: Encap,
+    /// Frames received by encapsulation.
+    pub received_frames: EncapCounts,
     /// Features of port 0.
     pub features: Vec<&'static str>,
     /// Bulk flow at the end.
@@ -326,6 +336,8 @@ impl Report {
         Self {
             workload: t.workload,
             mode: t.mode,
+            frames: t.frames,
+            received_frames: t.received_frames,
             features: t.features.clone(),
             measured_ns: ns,
             packets,
@@ -371,9 +383,14 @@ impl Report {
     #[must_use]
     pub fn summary(&self) -> String {
         let mut s = String::new();
+        // `raw` is not named, so summaries of runs without --frames read as before.
+        let frames = match self.frames {
+            Encap::Raw => "",
+            Encap::Udp => ", udp frames",
+        };
         let _ = writeln!(
             s,
-            "{} [{}]: {:.0} pps, {:.3} Gbit/s received over {:.2} s",
+            "{} [{}{frames}]: {:.0} pps, {:.3} Gbit/s received over {:.2} s",
             self.workload,
             self.mode.as_str(),
             self.pps,

@@ -10,6 +10,7 @@ use super::netload_peers::{self, parse_peer, print_ratio, Peer, Target, VmirqPee
 use anyhow::Context;
 use vmirq_net::queues::Policies;
 use vmirq_netload::bench::{bench, run_config, BenchConfig, BenchResult};
+use vmirq_netload::frame::Encap;
 use vmirq_netload::peer::loopback_reference;
 use vmirq_netload::port::PortConfig;
 use vmirq_netload::run::Mode;
@@ -82,6 +83,12 @@ pub struct Args {
     /// only after its own interrupt, until a poll finds less than the budget).
     #[arg(long, default_value = "all", value_parser = parse_napi)]
     napi: vmirq_netload::run::Napi,
+    /// Encapsulation of the frames sent: `raw` (Ethernet with EtherType 0x88B5: every flow
+    /// between two ports has the same addresses) or `udp` (Ethernet, IPv4 10.0.0.(port+1),
+    /// UDP ports 0xC000 + flow: one UDP flow per netload flow, as a guest sends; frames of
+    /// at least 82 bytes). Receivers take either.
+    #[arg(long, default_value = "raw", value_parser = parse_frames)]
+    frames: Encap,
     /// Write every run's report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -133,6 +140,10 @@ fn parse_sender(s: &str) -> Result<Sender, String> {
 
 fn parse_napi(s: &str) -> Result<vmirq_netload::run::Napi, String> {
     vmirq_netload::run::Napi::parse(s).ok_or_else(|| format!("unknown napi {s:?} (all, queue)"))
+}
+
+fn parse_frames(s: &str) -> Result<Encap, String> {
+    Encap::parse(s).ok_or_else(|| format!("unknown frames {s:?} (raw, udp)"))
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -200,11 +211,16 @@ const RATIOS: [(&str, Getter); 6] = [
 
 /// Run `vmirq netload`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Before any peer starts.
+    args.workload
+        .check_encap(args.frames)
+        .with_context(|| format!("workload {}", args.workload))?;
     let mut run = run_config(Duration::from_secs_f64(args.seconds));
     run.warmup = Duration::from_secs_f64(args.warmup);
     run.bulk_window = args.window;
     run.verify_payload = !args.no_verify;
     run.napi = args.napi;
+    run.frames = args.frames;
     run.cpu = Some(args.cpu);
     run.wire_sender = (args.sender == Sender::Wire).then_some(Some(args.wire_cpu));
     let cfg = BenchConfig {
