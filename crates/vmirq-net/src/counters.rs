@@ -77,6 +77,9 @@ counters! {
     rx_parked,
     /// Frames published ahead of parked ones (short messages of other flows).
     rx_overtakes,
+    /// Held receive notifications sent early: the driver's available buffers fell to the
+    /// low-water mark (`--rx-low-water`, `rx::LowWater`).
+    rx_low_water,
     /// Queue stops: the available ring index jumped further than the queue size.
     queue_broken,
     /// Control-queue commands answered (OK or ERR).

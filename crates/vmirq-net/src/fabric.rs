@@ -690,8 +690,15 @@ impl Fabric {
                     out
                 };
                 let (notifier, mut ring) = ctl.split(&mut rx);
-                if let Err(e) = notifier.completed(batch, meta, &mut ring, &mem) {
-                    tracing::warn!(port = dst, error = %e, "receive notification failed");
+                let done = notifier
+                    .completed(batch, meta, &mut ring, &mem)
+                    .and_then(|_| ctl.check_low_water(&mut rx, &mem));
+                match done {
+                    Ok(true) => PortCounters::add(&c.rx_low_water, 1),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(port = dst, error = %e, "receive notification failed");
+                    }
                 }
                 out
             }

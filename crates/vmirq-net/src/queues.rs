@@ -10,11 +10,11 @@
 //! through `fabric::tx_return`), with [`WindowRing`].
 
 use crate::fabric::GuestMem;
-use crate::rx::{Parked, UsedWindow};
+use crate::rx::{buffers_left, LowWater, Parked, UsedWindow};
 use std::io;
 use std::sync::Arc;
 use vhost_user_backend::VringState;
-use virtio_queue::Queue;
+use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::spec::{ContentionSpec, ModerationSpec, WaitSpec};
 use vmirq_vhost::counters::QueueCounters;
@@ -35,6 +35,8 @@ pub struct Policies {
     pub contention: ContentionSpec,
     /// Which threads move frames.
     pub datapath: Datapath,
+    /// The receive low-water mark (`--rx-low-water`, [`LowWater`]).
+    pub rx_low_water: LowWater,
 }
 
 /// Which threads move frames (`--datapath`).
@@ -87,6 +89,7 @@ impl Default for Policies {
             poll: WaitSpec::Never,
             contention: ContentionSpec::default(),
             datapath: Datapath::PerPort,
+            rx_low_water: LowWater::Off,
         }
     }
 }
@@ -110,6 +113,10 @@ pub struct RxCtl {
     /// Frames written whose used entries wait for the next notification decision
     /// (`dim-lat:overtake=on`, see [`crate::rx::Parked`]).
     pub parked: Parked,
+    /// The receive low-water mark ([`LowWater`]).
+    pub low_water: LowWater,
+    /// The buffers left were at or below the mark when last looked at.
+    below: bool,
 }
 
 /// A transmit queue's moderation and kick-wait state.
@@ -144,7 +151,37 @@ impl RxCtl {
                 _ => None,
             },
             parked: Parked::default(),
+            low_water: p.rx_low_water,
+            below: false,
         })
+    }
+
+    /// After frames went into the queue: if the driver's available buffers just fell to
+    /// the low-water mark ([`LowWater`], edge-triggered) while the policy holds frames,
+    /// notify now. Returns whether the mark fired (the notification may still be
+    /// suppressed by the driver).
+    ///
+    /// # Errors
+    /// When the rings or the call eventfd cannot be accessed.
+    pub fn check_low_water(
+        &mut self,
+        state: &mut VringState<GuestMem>,
+        mem: &GuestMemoryMmap,
+    ) -> vmirq_vhost::Result<bool> {
+        if self.low_water == LowWater::Off {
+            return Ok(false);
+        }
+        let q = state.get_queue();
+        let left = buffers_left(q, mem).map_err(QueueError::Queue)?;
+        let low = self.low_water.reached(left, q.size());
+        let crossed = low && !self.below;
+        self.below = low;
+        if !crossed || self.notifier.held() == 0 {
+            return Ok(false);
+        }
+        let (notifier, mut ring) = self.split(state);
+        notifier.signal(&mut ring, mem)?;
+        Ok(true)
     }
 
     /// The queue's notifier, and its vring as the notifier sees it (decisions through the

@@ -20,8 +20,10 @@ use vm_memory::GuestMemoryMmap;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, VolatileMemory};
 use vmirq_vhost::chain::{walk_chain_in, DescTable, TableView};
 
+mod low_water;
 mod parked;
 mod refill;
+pub use low_water::{buffers_left, LowWater};
 pub use parked::Parked;
 pub use refill::{arm_refill_kick, quiet_refill_kicks};
 

@@ -422,10 +422,13 @@ impl Fabric {
         let done = notifier
             .completed_all(&mut batch, &b.metas, &mut ring, &mem)
             .and_then(|_| notifier.completions_done(batch, &mut ring, &mem))
-            .and_then(|last| notifier.follow(last));
+            .and_then(|last| notifier.follow(last))
+            .and_then(|()| ctl.check_low_water(&mut rx, &mem));
         b.metas.clear();
-        if let Err(e) = done {
-            tracing::warn!(port = dst, error = %e, "receive notification failed");
+        match done {
+            Ok(true) => PortCounters::add(&c.rx_low_water, 1),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(port = dst, error = %e, "receive notification failed"),
         }
         if broken {
             tracing::warn!(port = dst, "receive queue broken");

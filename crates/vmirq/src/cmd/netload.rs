@@ -110,6 +110,10 @@ pub struct Args {
     /// `--datapath` of the `vmirq` peer (`per-port`, `pmd`, `pmd:cpu=N`).
     #[arg(long, default_value = "per-port", value_name = "MODE")]
     vmirq_datapath: vmirq_net::queues::Datapath,
+    /// `--rx-low-water` of the `vmirq` peer (`off`, `1/2`, `1/4`, `1/8`); repeat to compare
+    /// several (each moderation runs with each mark).
+    #[arg(long, default_value = "off", value_name = "MARK")]
+    vmirq_rx_low_water: Vec<vmirq_net::rx::LowWater>,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
@@ -245,7 +249,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..Policies::default()
     };
     let peers = if cfg.sockets.is_empty() {
-        Target::expand(&args.peers, &args.vmirq_moderation, base)
+        Target::expand(
+            &args.peers,
+            &args.vmirq_moderation,
+            &args.vmirq_rx_low_water,
+            base,
+        )
     } else {
         Vec::new()
     };

@@ -38,25 +38,40 @@ impl Target {
     pub fn label(&self) -> String {
         match self {
             Self::Testpmd => "testpmd".into(),
-            Self::Vmirq(p) => match p.datapath {
-                vmirq_net::queues::Datapath::PerPort => format!("vmirq[{}]", p.moderation),
-                d => format!("vmirq[{},{d}]", p.moderation),
-            },
+            Self::Vmirq(p) => {
+                let mut label = format!("vmirq[{}", p.moderation);
+                if p.datapath != vmirq_net::queues::Datapath::PerPort {
+                    label.push_str(&format!(",{}", p.datapath));
+                }
+                if p.rx_low_water != vmirq_net::rx::LowWater::Off {
+                    label.push_str(&format!(",rx-low-water={}", p.rx_low_water));
+                }
+                label + "]"
+            }
         }
     }
 
-    /// The targets of `peers`: one `vmirq` target per moderation in `moderations`.
-    pub fn expand(peers: &[Peer], moderations: &[ModerationSpec], base: Policies) -> Vec<Self> {
+    /// The targets of `peers`: one `vmirq` target per moderation in `moderations` and
+    /// receive low-water mark in `marks` (moderations outer).
+    pub fn expand(
+        peers: &[Peer],
+        moderations: &[ModerationSpec],
+        marks: &[vmirq_net::rx::LowWater],
+        base: Policies,
+    ) -> Vec<Self> {
         peers
             .iter()
             .flat_map(|p| match p {
                 Peer::Testpmd => vec![Self::Testpmd],
                 Peer::Vmirq => moderations
                     .iter()
-                    .map(|m| {
-                        Self::Vmirq(Policies {
-                            moderation: *m,
-                            ..base
+                    .flat_map(|m| {
+                        marks.iter().map(move |w| {
+                            Self::Vmirq(Policies {
+                                moderation: *m,
+                                rx_low_water: *w,
+                                ..base
+                            })
                         })
                     })
                     .collect(),

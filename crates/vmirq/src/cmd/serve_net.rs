@@ -50,6 +50,12 @@ pub struct Args {
     /// long it keeps polling once idle).
     #[arg(long, default_value = "per-port", value_name = "MODE")]
     datapath: Datapath,
+    /// Receive low-water mark: a receive interrupt the moderation holds is sent at once
+    /// when the driver's available receive buffers fall to this fraction of the ring
+    /// (`off`, `1/2`, `1/4`, `1/8`; as Intel e1000's RXDMT0 at RCTL.RDMTS), so that a hold
+    /// never lets the ring run dry.
+    #[arg(long, default_value = "off", value_name = "MARK")]
+    rx_low_water: vmirq_net::rx::LowWater,
     /// Queue PAIRS of each vhost-user port, as QEMU's `-netdev vhost-user,queues=N` and
     /// DPDK's vhost PMD `queues=N` count them (1 to 16): more than one offers
     /// VIRTIO_NET_F_MQ with 2N + 1 virtqueues; the driver picks how many it uses
@@ -93,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         poll: args.poll,
         contention: args.poll_contention,
         datapath: args.datapath,
+        rx_low_water: args.rx_low_water,
     };
     let server = Server::new(cfg).context("starting the switch")?;
     let handle = server.handle();
