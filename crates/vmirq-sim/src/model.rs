@@ -93,6 +93,11 @@ pub struct ModelConfig {
     /// (`crate::era`), e.g. false for the bare next timer (before the eighth session).
     #[serde(default)]
     pub governor_correction: Option<bool>,
+    /// The ping workload's echo request wakes no guest task (answered in the receive
+    /// softirq), so its interrupt leaves the guest in its idle loop: no tick restart or stop
+    /// writes (`crate::host::Vcpu::device_irq_stays_idle`). Default false.
+    #[serde(default)]
+    pub idle_softirq_echo: bool,
     /// Host kernel preemption model: `"voluntary"` (default: `CONFIG_PREEMPT_VOLUNTARY`, what
     /// distribution kernels ship; a vCPU thread inside an exit is preempted only at KVM's
     /// `need_resched()` check before the next VM entry) or `"full"` (`CONFIG_PREEMPT`:
@@ -235,6 +240,7 @@ impl ModelConfig {
         if let Some(on) = self.governor_correction {
             core.governor_correction = on;
         }
+        core.idle_softirq_echo = self.idle_softirq_echo;
         core.host_preempt_full = match self.host_preempt.as_str() {
             "voluntary" => false,
             "full" => true,

@@ -84,3 +84,32 @@ fn a_jitter_free_short_flow_lets_plain_dim_park_at_its_floor() {
         "own-queue gain with exponential gaps {gain_exp} us"
     );
 }
+
+#[test]
+fn one_shot_notifications_leave_one_interrupt_per_napi_cycle() {
+    // Ninth session's mechanism (README): with EVENT_IDX-like one-shot notifications the
+    // device sends one message per NAPI cycle, so nothing merges and the unmoderated guest
+    // takes one interrupt per 7-packet burst, as CQE DIM does; without it, two.
+    let on = run_scenario(
+        "dim_virtio_net",
+        &[
+            "duration_us=30000",
+            "warmup_us=50000",
+            "workload.notify_one_shot=true",
+        ],
+    );
+    let off = run_scenario("dim_virtio_net", &["duration_us=30000", "warmup_us=50000"]);
+    let bursts = value(&on, "dim", "guest_interrupts.per_s");
+    let sent = value(&on, "none", "nic_irqs.per_s");
+    let taken = value(&on, "none", "guest_interrupts.per_s");
+    assert!(
+        (sent - taken).abs() < 0.01 * taken,
+        "sent {sent} taken {taken}"
+    );
+    assert!(
+        (taken - bursts).abs() < 0.05 * bursts,
+        "one-shot none {taken}/s, dim {bursts}/s"
+    );
+    let taken_off = value(&off, "none", "guest_interrupts.per_s");
+    assert!(taken_off > 1.8 * taken, "without one-shot {taken_off}/s");
+}

@@ -131,3 +131,34 @@ fn an_io_waiter_keeps_the_bare_metal_cpu_out_of_c1e() {
         assert!((a - b).abs() < 1e-9, "{run}: {b} -> {a}");
     }
 }
+
+#[test]
+fn an_echo_answered_in_softirq_leaves_the_guest_in_its_idle_loop() {
+    // Ninth session's mechanism 2 (README, off in the scenario): the echo wakes no task, so
+    // the halt-idle guest neither restarts nor stops its tick per ping, and the two
+    // restart writes leave the critical path.
+    let off = run_scenario("ibm_polling", &["duration_us=20000"]);
+    let on = run_scenario(
+        "ibm_polling",
+        &["duration_us=20000", "idle_softirq_echo=true"],
+    );
+    let pings = count(&off, "ping-vm-halt", "ping_rtt_ns.n");
+    let writes_off = count(&off, "ping-vm-halt", "apic_timer_writes");
+    let writes_on = count(&on, "ping-vm-halt", "apic_timer_writes");
+    assert!(
+        writes_off >= 3.5 * pings,
+        "{writes_off} writes, {pings} pings"
+    );
+    assert!(
+        writes_on <= 4.0,
+        "{writes_on} writes with the echo in softirq"
+    );
+    let rtt_off = value(&off, "ping-vm-halt", "ping_rtt_ns.mean");
+    let rtt_on = value(&on, "ping-vm-halt", "ping_rtt_ns.mean");
+    assert!(rtt_on + 1_000.0 < rtt_off, "rtt {rtt_off} -> {rtt_on} ns");
+    // The polled guest takes no interrupt: unchanged.
+    assert_eq!(
+        value(&off, "ping-vm-poll", "ping_rtt_ns.mean"),
+        value(&on, "ping-vm-poll", "ping_rtt_ns.mean")
+    );
+}

@@ -234,6 +234,10 @@ pub struct Core {
     /// The governor's fallback prediction is the next timer times menu's correction factor
     /// (`crate::era`); false: the bare next timer (before the eighth session of issue 16).
     pub governor_correction: bool,
+    /// The ping workload's echo is answered in the guest's receive softirq and wakes no
+    /// task ([`Vcpu::device_irq_stays_idle`]); false: every interrupt taken in idle leaves
+    /// the idle loop (before the ninth session of issue 16).
+    pub idle_softirq_echo: bool,
 }
 
 /// Result alias of the host model.
@@ -272,6 +276,7 @@ impl Core {
             host_sched_cfs: false,
             governor_iowait: false,
             governor_correction: false,
+            idle_softirq_echo: false,
         }
     }
 

@@ -2,6 +2,11 @@
 //! moderation policy at the device (hypervisor-side or device-offloaded DIM). While the
 //! guest's NAPI poll runs it suppresses interrupts (as virtio-net does), so the policy's
 //! notifications during NAPI are not delivered.
+//!
+//! With [`NicDev::one_shot`] the device itself stops after each notification it delivers
+//! until NAPI re-arms the queue (`VIRTIO_F_RING_EVENT_IDX`: no signal before the used index
+//! crosses the driver's `used_event`, which the driver moves only when it re-enables
+//! callbacks; virtio 1.x §2.7.10), instead of notifying until the guest's handler has run.
 
 use super::moderated::QueueTarget;
 use super::{Core, Ev, Result, VcpuId};
@@ -36,6 +41,10 @@ pub struct NicDev {
     pub suppressed: bool,
     /// RX buffers the guest has posted.
     pub posted: u32,
+    /// One-shot notifications: a delivered notification suppresses the next ones until the
+    /// guest re-arms (clears [`NicDev::suppressed`] at NAPI's end). False: the device keeps
+    /// notifying until the guest's handler suppresses.
+    pub one_shot: bool,
     timer: Timer,
     last_knob: Option<i64>,
 }
@@ -50,6 +59,7 @@ impl NicDev {
             ring: VecDeque::new(),
             suppressed: false,
             posted: 0,
+            one_shot: false,
             timer: Timer::default(),
             last_knob: None,
         }
@@ -109,6 +119,10 @@ impl Core {
             suppressed_metric: self.nics[q].suppressed.then_some("nic_irqs_suppressed"),
         };
         self.nics[q].timer = self.apply_moderation(self.nics[q].timer, dec, target)?;
+        if dec == Decision::Notify && self.nics[q].one_shot {
+            // Delivered (or already suppressed): nothing more until the guest re-arms.
+            self.nics[q].suppressed = true;
+        }
         Ok(())
     }
 }

@@ -63,6 +63,11 @@ pub struct Vcpu {
     pub idle: Idle,
     /// The guest is inside its idle loop (between idle entry and idle exit).
     pub in_idle: bool,
+    /// Device interrupts on this vCPU wake no guest task (an ICMP echo answered in the
+    /// receive softirq): taken in idle, they leave the guest in its idle loop, so neither
+    /// the tick restart nor the next tick stop writes a timer register (Linux 2.6.3x/3.x
+    /// `tick_nohz_irq_exit` with an unchanged next event). Set by a workload.
+    pub device_irq_stays_idle: bool,
     /// Guest kernel behaviour.
     pub guest: GuestConfig,
     /// Host halt-polling policy.
@@ -117,6 +122,7 @@ impl Vcpu {
             run: Run::OnCpu,
             idle: Idle::Busy,
             in_idle: false,
+            device_irq_stays_idle: false,
             guest,
             host_wait,
             work: VecDeque::new(),
@@ -261,7 +267,11 @@ impl Core {
                 Ok(None)
             }
             Tag::IrqEntry(irq) => {
-                self.leave_idle(v);
+                let stays =
+                    self.vcpus[v].device_irq_stays_idle && matches!(irq.src, IrqSrc::Device { .. });
+                if !stays {
+                    self.leave_idle(v);
+                }
                 self.eoi(v);
                 Ok(Some(Hook::Irq(v, irq)))
             }

@@ -55,6 +55,12 @@ pub struct NetRxConfig {
     /// NAPI budget (packets per poll).
     #[serde(default = "budget")]
     pub budget: u32,
+    /// The device notifies once and then waits for the guest's NAPI to re-arm the queue
+    /// (EVENT_IDX, or virtio 1.4's proposed coalescing re-arm; `crate::host::nic`). False
+    /// (the talk's device: EVENT_IDX is "hard for PCI hardware", seeds.md §5): it notifies
+    /// until the guest's handler suppresses notifications.
+    #[serde(default)]
+    pub notify_one_shot: bool,
 }
 
 fn one() -> u32 {
@@ -144,6 +150,7 @@ impl NetRx {
     }
 
     pub(super) fn start(&mut self, core: &mut Core) -> Result<()> {
+        core.nics[0].one_shot = self.cfg.notify_one_shot;
         core.nic_refill(0, self.cfg.ring);
         if self.cfg.bulk_mbps > 0 {
             core.q.schedule_in(self.bulk_gap(), Ev::Workload(BULK, 0))?;

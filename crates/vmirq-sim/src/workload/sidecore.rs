@@ -142,6 +142,9 @@ impl Ping {
     }
 
     pub(super) fn start(&mut self, core: &mut Core) -> Result<()> {
+        // An echo is answered in the receive softirq: with `idle_softirq_echo` its
+        // interrupt wakes no task and the guest stays in its idle loop.
+        core.vcpus[0].device_irq_stays_idle = core.idle_softirq_echo;
         core.q
             .schedule_in(self.cfg.outside_ns / 2, Ev::Workload(ARRIVE, 0))?;
         if self.cfg.polled {
