@@ -170,6 +170,11 @@ fn every_paired_loop_alternates_with_the_expected_userspace_exits_and_pairs_ever
         let bound = i64::try_from(c.op_raw_ns.max).expect("small")
             - i64::try_from(c.reference_raw_ns.min).expect("small");
         assert!(c.net_ns.max <= bound, "{pair:?}: {c:?}");
+        if pair.op == pair.reference {
+            // The null pair: two identical spans cannot differ by a whole span at the median.
+            let span = i64::try_from(c.reference_raw_ns.p50).expect("small");
+            assert!(c.net_ns.p50.abs() < span, "{c:?}");
+        }
     }
 }
 
