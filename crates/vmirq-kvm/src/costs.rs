@@ -17,7 +17,9 @@
 //! | `ipi_send` | x2APIC ICR write (self IPI, in-kernel LAPIC) |
 //!
 //! Exit costs are per operation with the measurement loop's own cost (a `nop` loop)
-//! subtracted; wake costs are latencies from the host's TSC before the eventfd write to the
+//! subtracted: since the paired loops, the p50 of per-pair differences against a `nop` span
+//! alternating with the operation in the same loop (`vmirq kvm exits`' `paired`), where that
+//! pair ran; wake costs are latencies from the host's TSC before the eventfd write to the
 //! guest handler's first `rdtsc`.
 
 use crate::error::{Error, Result};

@@ -50,6 +50,9 @@ pub enum Error {
     /// A policy spec did not parse.
     #[error("invalid policy spec: {0}")]
     Spec(String),
+    /// The samples of a paired loop could not be paired up.
+    #[error("per-pair differences")]
+    Pairs(#[from] crate::pairs::Error),
 }
 
 /// Result alias of this crate.

@@ -7,7 +7,8 @@
 //!   per-VM halt-poll window, with KVM's own statistics ([`stats`]).
 //!
 //! - [`gaps`]: the wake gap distributions (`const`, `exp`, `bimodal`) the senders draw from.
-//! - [`exits`]: per-exit costs, written as a [`costs::CostsFile`] for the simulator.
+//! - [`exits`]: per-exit costs, written as a [`costs::CostsFile`] for the simulator; [`pairs`]:
+//!   the per-pair differences of an operation run alternately with its reference.
 //! - [`userhalt`]: vmirq wait policies on the userspace HLT path against KVM halt polling.
 //! - [`device`]: a moderated virtual device (guest driver, VMM device thread, irqfd under a
 //!   vmirq-policy completion policy).
@@ -25,6 +26,7 @@ pub mod host;
 pub mod layout;
 pub mod longmode;
 pub mod memory;
+pub mod pairs;
 pub mod report;
 pub mod runner;
 pub mod stats;

@@ -118,3 +118,78 @@ fn forced_interrupt_loop_logs_every_round_in_order() {
     assert!(f.to_handler_ns.p50 > 100, "{f:?}");
     assert!(f.lost_ns.max >= f.to_handler_ns.max, "{f:?}");
 }
+
+#[test]
+fn every_paired_loop_alternates_with_the_expected_userspace_exits_and_pairs_every_sample() {
+    let Some(_serial) = common::kvm_or_skip("every_paired_loop") else {
+        return;
+    };
+    use vmirq_kvm::guest::paired::Pair;
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    let n = 40;
+    let exits_to_user = |op: ExitOp| {
+        matches!(
+            op,
+            ExitOp::PioUser
+                | ExitOp::MmioUser
+                | ExitOp::HltUser
+                | ExitOp::IrqPending
+                | ExitOp::IrqEntry
+        )
+    };
+    for pair in Pair::all() {
+        let result = vmirq_kvm::exits::paired::measure(pair, n, clock);
+        eprintln!("{pair:?}: {result:?}");
+        if pair.op == ExitOp::Hypercall {
+            if let Err(vmirq_kvm::Error::Timeout(why)) = &result {
+                eprintln!("NOTE hypercall did not complete on this host ({why})");
+                continue;
+            }
+        }
+        let c = result.expect("loop runs");
+        assert_eq!(
+            (c.op_raw_ns.n, c.reference_raw_ns.n, c.net_ns.n),
+            (40, 40, 40)
+        );
+        // Both halves ran once per iteration: the VMM saw each half's own exits to userspace
+        // (n measured iterations plus the dropped warm-up ones).
+        let per_pair = u64::from(exits_to_user(pair.op)) + u64::from(exits_to_user(pair.reference));
+        if per_pair == 0 {
+            assert_eq!(c.user_exits, 0, "{pair:?} is handled in the kernel");
+        } else {
+            assert!(c.user_exits >= per_pair * u64::from(n), "{pair:?}: {c:?}");
+            assert!(
+                c.user_exits < per_pair * u64::from(n + 100),
+                "{pair:?}: {c:?}"
+            );
+        }
+        // The net cost lies between the extremes of the differences, and the differences
+        // are those of the two halves (the p50 of op minus reference cannot exceed the op's
+        // largest span minus the reference's smallest).
+        assert!(c.net_ns.min <= c.net_ns.p50 && c.net_ns.p50 <= c.net_ns.max);
+        let bound = i64::try_from(c.op_raw_ns.max).expect("small")
+            - i64::try_from(c.reference_raw_ns.min).expect("small");
+        assert!(c.net_ns.max <= bound, "{pair:?}: {c:?}");
+        if pair.op == pair.reference {
+            // The null pair: two identical spans cannot differ by a whole span at the median.
+            let span = i64::try_from(c.reference_raw_ns.p50).expect("small");
+            assert!(c.net_ns.p50.abs() < span, "{c:?}");
+        }
+    }
+}
+
+#[test]
+fn a_paired_exit_to_the_vmm_costs_more_than_its_nop_reference() {
+    let Some(_serial) = common::kvm_or_skip("paired_exit_costs_more") else {
+        return;
+    };
+    use vmirq_kvm::guest::paired::Pair;
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    let pair = Pair::new(ExitOp::PioUser, ExitOp::Baseline).expect("valid");
+    let c = vmirq_kvm::exits::paired::measure(pair, 200, clock).expect("runs");
+    eprintln!("{c:?}");
+    // An exit to the VMM and back is a world switch more than a `nop`: on every host, in
+    // most pairs. (Guards against the halves being swapped or the same op twice.)
+    assert!(c.net_ns.p50 > 0, "{c:?}");
+    assert!(c.op_raw_ns.p50 > c.reference_raw_ns.p50, "{c:?}");
+}

@@ -1,6 +1,21 @@
 #!/usr/bin/env python3
 """Build the vmirq-sim `this-host` costs (format vmirq-sim-costs-v1) from primitive
-measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] MEASURE_DIR > profile.json
+measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] [--v8] MEASURE_DIR > profile.json
+
+--v8 (profile v8, ninth session, helper `simprobe`): v7 with the two exit costs it derives by
+subtraction taken from `vmirq kvm exits`' paired loops (`paired[]`, since vmirq-kvm f0efc07),
+where the operation alternates span by span with its reference in one loop of one VM and the
+net cost is the p50 of the per-pair differences, instead of one loop's p50 minus another
+loop's p50 measured in another VM a moment earlier (the empty-loop baseline those subtract
+moved 4.9-6.7 us between six quiet runs, and the net costs with it):
+  wrmsr_exit_ns      = max(0, paired ipi_self against baseline: net_ns.p50)
+                       (v1-v7: exits ipi_self net_p50_ns, recorded as wrmsr_exit_ns);
+  guest_irq_entry_ns = max(insn, paired irq_entry against pio_user: net_ns.p50), the same
+                       difference v5-v7 take (irq_entry net p50 - pio_user net p50, recorded
+                       as irq_entry_ns) pair by pair; running_irq_exit_ns (v6: forced
+                       to_handler p50 - guest_irq_entry_ns) follows it.
+Every other cost, spread and mapping is v7's; insn (baseline raw p50 / 6, a level, not a
+difference) is unchanged. Exits files without `paired` stop the script.
 
 --v7 (profile v7, eighth session, helper `simvar`): v6 plus the measured spread of the four
 exit costs the device path charges, from the same primitives' distributions (`vmirq kvm
@@ -140,13 +155,14 @@ def main():
     args = sys.argv[1:]
     reentry = "--reentry" in args
     halt = "--halt" in args
-    v7 = "--v7" in args
+    v8 = "--v8" in args
+    v7 = "--v7" in args or v8
     v6 = "--v6" in args or v7
     v5 = "--v5" in args or v6
     v4 = "--v4" in args or v5
     if v4 and (reentry or halt):
         sys.exit("--v4/--v5 are v1's mapping plus primitives: no --reentry or --halt with them")
-    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7")][0]
+    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7", "--v8")][0]
     rows = [json.loads(l) for l in open(os.path.join(d, "primitives.jsonl")) if l.strip()]
     exits = {}
     for p in sorted(glob.glob(os.path.join(d, "exits-*.json"))):
@@ -168,6 +184,14 @@ def main():
                 return o
         raise KeyError((r, name))
 
+    def paired(r, name, reference):
+        if "paired" not in exits[r]:
+            sys.exit(f"--v8: exits-{r}.json has no paired loops (vmirq kvm exits before f0efc07)")
+        for p in exits[r]["paired"]:
+            if p["op"] == name and p["reference"] == reference:
+                return p
+        raise KeyError((r, name, reference))
+
     per = {k: [] for k in ["insn", "kick_ns", "sched_wakeup_ns", "poll_notice_ns",
                            "wrmsr_exit_ns", "wake_30_ns", "timerfd_ns", "reentry_penalty_ns",
                            "halt_roundtrip_ns", "signal_ns", "halt_poll_notice_ns",
@@ -182,6 +206,9 @@ def main():
                "running_irq_exit": ("forced_irq", "to_handler_ns"),
                "irq_return": ("forced_irq", "return_ns"),
                "guest_irq_entry": ("op", "irq_entry", "raw_ns")}
+    if v8:
+        per["ipi_self_paired_ns"] = []
+        per["irq_entry_paired_ns"] = []
     for c in spreads:
         per[f"{c}_lo_ns"] = []
         per[f"{c}_hi_ns"] = []
@@ -256,6 +283,9 @@ def main():
                     q = f[src[1]]
                 per[f"{c}_lo_ns"].append(q["p50"] - q["min"])
                 per[f"{c}_hi_ns"].append(q["p90"] - q["p50"])
+        if v8:
+            per["ipi_self_paired_ns"].append(paired(r, "ipi_self", "baseline")["net_ns"]["p50"])
+            per["irq_entry_paired_ns"].append(paired(r, "irq_entry", "pio_user")["net_ns"]["p50"])
         if reentry:
             per["reentry_penalty_ns"].append(exits[r]["reentry"]["penalty_ns"])
         if halt:
@@ -273,7 +303,7 @@ def main():
         "sched_wakeup_ns": s["sched_wakeup_ns"][0] + (s["reentry_penalty_ns"][0] if reentry else 0),
         "context_switch_ns": s["sched_wakeup_ns"][0],
         "poll_notice_ns": s["poll_notice_ns"][0],
-        "wrmsr_exit_ns": s["wrmsr_exit_ns"][0],
+        "wrmsr_exit_ns": max(0, s["ipi_self_paired_ns"][0]) if v8 else s["wrmsr_exit_ns"][0],
         "exit_roundtrip_ns": insn,
         "vm_entry_ns": insn + max(0, s["halt_roundtrip_ns"][0]) // 2 if halt else insn,
         "guest_irq_entry_ns": 2 * insn,
@@ -281,7 +311,7 @@ def main():
     if v4:
         costs["halt_poll_notice_ns"] = s["halt_poll_notice_ns"][0]
     if v5:
-        costs["guest_irq_entry_ns"] = max(insn, s["irq_entry_ns"][0])
+        costs["guest_irq_entry_ns"] = max(insn, s["irq_entry_paired_ns" if v8 else "irq_entry_ns"][0])
         costs["irqfd_inject_ns"] = s["irqfd_write_ns"][0]
         costs["kick_ns"] = max(0, s["kick_ns"][0] - s["eventfd_write_ns"][0])
         costs["sched_wakeup_ns"] = s["sched_wakeup_ns"][0] + s["vcpu_block_ns"][0]
@@ -329,11 +359,14 @@ def main():
                                   " - (probe timerfd@20 p50 - timerspin@20 p50)))" if v5 else ""),
             "context_switch_ns": "probe wake 1->0 @100us: wake p50 - write() p50 (no separate probe)",
             "poll_notice_ns": "probe notice 1->0 @100us: p50",
-            "wrmsr_exit_ns": "vmirq kvm exits: ipi_self net p50",
+            "wrmsr_exit_ns": ("max(0, exits paired ipi_self - baseline: p50 of per-pair differences)"
+                              if v8 else "vmirq kvm exits: ipi_self net p50"),
             "exit_roundtrip_ns": "insn = vmirq kvm exits: baseline raw p50 / 6",
             "vm_entry_ns": ("insn + max(0, exits hlt_pending raw p50 - irq_pending raw p50"
                             " + pio_user net p50) / 2" if halt else "insn"),
-            "guest_irq_entry_ns": ("max(insn, exits irq_entry net p50 - pio_user net p50)"
+            "guest_irq_entry_ns": ("max(insn, exits paired irq_entry - pio_user: p50 of per-pair "
+                                   "differences)" if v8
+                                   else "max(insn, exits irq_entry net p50 - pio_user net p50)"
                                    if v5 else "2 * insn"),
             **({"halt_poll_notice_ns": "probe pollnotice 1->0 @100us: p50 (PAUSE-and-clock spinner)"}
                if v4 else {}),

@@ -25,10 +25,14 @@ def main():
         # The input a cost is derived from, where its name differs from the cost's (v5).
         alias = {"guest_irq_entry_ns": "irq_entry_ns", "irqfd_inject_ns": "irqfd_write_ns",
                  "doorbell_exit_ns": "doorbell_user3_ns",
-                 "running_irq_exit_ns": ("forced_to_handler_ns" if ("--v6" in flags or "--v7" in flags)
+                 "running_irq_exit_ns": ("forced_to_handler_ns"
+                                         if any(v in flags for v in ("--v6", "--v7", "--v8"))
                                          else "doorbell_user3_ns"),
                  "irq_return_ns": "forced_return_ns"}
-        inp = (inputs.get(k) or inputs.get(alias.get(k, ""))
+        # v8 takes these two from the paired loops; the same-named inputs are v7's (recorded).
+        paired = ({"wrmsr_exit_ns": "ipi_self_paired_ns", "guest_irq_entry_ns": "irq_entry_paired_ns"}
+                  if "--v8" in flags else {})
+        inp = (inputs.get(paired.get(k, "")) or inputs.get(k) or inputs.get(alias.get(k, ""))
                or (inputs.get("insn") if "insn" in src else None))
         print(f"| {k} | {v} | {src} | {inp if inp else ''} |")
     rec = {k: v for k, v in inputs.items() if k not in prof["costs_ns"] and k != "insn"}

@@ -1,16 +1,24 @@
 //! `vmirq kvm exits`: per-exit costs measured by guest loops ([`crate::guest::exits`]), plus
 //! the wake costs from short wake cells, summarised as a [`CostsFile`].
+//!
+//! Each operation is measured twice: in its own loop, its net cost (`net_p50_ns`) being its
+//! p50 minus the `nop` baseline loop's p50, measured in another VM a moment earlier (the
+//! fields every earlier file has); and in a [`paired`] loop that alternates it with its
+//! reference span by span in one VM, its net cost the p50 of the per-pair differences
+//! ([`ExitsReport::paired`]), which the baseline's drift between phases does not move.
 
 pub mod forced;
 pub mod irqfd;
+pub mod paired;
 pub mod reentry;
 mod report;
 pub mod timer;
 
 pub use forced::ForcedIrq;
 pub use irqfd::IrqfdWrite;
+pub use paired::PairedCost;
 pub use reentry::Reentry;
-pub use report::{html, table};
+pub use report::{html, paired_table, table};
 pub use timer::TimerWake;
 
 use crate::costs::{Costs, CostsFile};
@@ -18,6 +26,7 @@ use crate::dist::Summary;
 use crate::error::{Error, Result};
 use crate::gaps::Gaps;
 use crate::guest::exits::{program, ExitOp};
+use crate::guest::paired::Pair;
 use crate::guest::wake::Idle;
 use crate::host::{pin_to, TscClock};
 use crate::layout::{self, port};
@@ -64,6 +73,11 @@ pub struct ExitsReport {
     pub ops: Vec<OpCost>,
     /// Operations this host could not run, with the reason.
     pub failed: Vec<(ExitOp, String)>,
+    /// Every [`Pair::all`] pair run alternately in one loop (see [`paired`]): the net cost as
+    /// the p50 of per-pair differences, beside `ops`' `net_p50_ns` of the same run.
+    pub paired: Vec<PairedCost>,
+    /// Pairs this host could not run, with the reason.
+    pub paired_failed: Vec<(Pair, String)>,
     /// Wake cells the wake costs come from.
     pub wake_cells: Vec<(String, Cell)>,
     /// Re-entry after the vCPU thread slept (see [`Reentry`]); `None` if it failed here.
@@ -88,13 +102,39 @@ pub struct ExitsReport {
 /// unexpectedly (for example a hypercall this host does not handle).
 pub fn measure_op(op: ExitOp, iterations: u32, clock: TscClock) -> Result<(Summary, u64)> {
     let prog = program(op, iterations + SKIP)?;
+    let run = run_loop(&prog, op.irqchip(), op_timeout(op), iterations + SKIP)?;
+    if op.interrupts() {
+        run.check_interrupts(op, iterations + SKIP)?;
+    }
+    let mut ns = Vec::with_capacity(iterations as usize);
+    for i in u64::from(SKIP)..u64::from(iterations + SKIP) {
+        ns.push(run.span_ns(op, i, i, clock)?);
+    }
+    Ok((Summary::of(&mut ns), run.user_exits))
+}
+
+/// A loop program that ran to DONE, its VM kept for reading the samples.
+pub(crate) struct LoopRun {
+    vm: Vm,
+    /// Exits to userspace during the loop (DONE not counted).
+    pub(crate) user_exits: u64,
+}
+
+/// Run `prog` (an exit-cost loop of `spans` timed spans) on a fresh one-vCPU VM, the vCPU
+/// thread pinned to CPU 0, with the ioeventfds the loops' ops write to.
+pub(crate) fn run_loop(
+    prog: &crate::guest::Program,
+    irqchip: bool,
+    timeout: std::time::Duration,
+    spans: u32,
+) -> Result<LoopRun> {
     let mut vm = Vm::new(
         VmConfig {
-            irqchip: op.irqchip(),
+            irqchip,
             vcpus: 1,
             halt_poll_ns: None,
         },
-        &prog,
+        prog,
     )?;
     let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(Error::io("eventfd"))?;
     vm.fd
@@ -113,11 +153,11 @@ pub fn measure_op(op: ExitOp, iterations: u32, clock: TscClock) -> Result<(Summa
         )
         .map_err(Error::kvm("KVM_IOEVENTFD"))?;
     let mut vcpu = vm.vcpus.remove(0);
-    let max_exits = u64::from(iterations + SKIP) * 2 + 100;
+    let max_exits = u64::from(spans) * 2 + 100;
     let exits = std::thread::scope(|s| {
         s.spawn(|| {
             pin_to(0)?;
-            run_until_done(&mut vcpu.fd, max_exits, op_timeout(op), |exit| match exit {
+            run_until_done(&mut vcpu.fd, max_exits, timeout, |exit| match exit {
                 VcpuExit::IoOut(port::PIO_USER, _) | VcpuExit::Hlt => Ok(Next::Continue),
                 VcpuExit::MmioWrite(layout::MMIO_ADDR, _) => Ok(Next::Continue),
                 other => Err(unexpected(&other)),
@@ -126,30 +166,43 @@ pub fn measure_op(op: ExitOp, iterations: u32, clock: TscClock) -> Result<(Summa
         .join()
         .map_err(|_| Error::Guest("vCPU thread panicked".into()))?
     })?;
-    if op.interrupts() {
-        // Each iteration must have taken its self-IPI: a host that never injects it (as
-        // KVM's ring-0 emulator does between `sti; nop; cli`) would measure something else.
-        let taken = vm.ram.cell(layout::mailbox::IRQ_COUNT)?;
-        let want = u64::from(iterations + SKIP);
-        if taken != want {
+    Ok(LoopRun {
+        vm,
+        user_exits: exits.saturating_sub(1),
+    })
+}
+
+impl LoopRun {
+    /// Each of `want` iterations must have taken its self-IPI: a host that never injects it
+    /// (as KVM's ring-0 emulator does between `sti; nop; cli`) would measure something else.
+    pub(crate) fn check_interrupts(&self, op: ExitOp, want: u32) -> Result<()> {
+        let taken = self.vm.ram.cell(layout::mailbox::IRQ_COUNT)?;
+        if taken != u64::from(want) {
             return Err(Error::Guest(format!(
                 "{op:?}: the handler ran {taken} times in {want} iterations"
             )));
         }
+        Ok(())
     }
-    let mut ns = Vec::with_capacity(iterations as usize);
-    for i in u64::from(SKIP)..u64::from(iterations + SKIP) {
-        let ticks: u64 = vm.ram.load(layout::ARRAY + i * 8)?;
+
+    /// The span of `op` stored at array slot `slot` (iteration `iteration`, for errors), in ns.
+    pub(crate) fn span_ns(
+        &self,
+        op: ExitOp,
+        slot: u64,
+        iteration: u64,
+        clock: TscClock,
+    ) -> Result<u64> {
+        let ticks: u64 = self.vm.ram.load(layout::ARRAY + slot * 8)?;
         if op == ExitOp::IrqEntry && ticks > 1 << 62 {
             // The handler's timestamp was older than the span's start: the interrupt was not
             // taken at the re-entry inside the span, so the sample measures nothing.
             return Err(Error::Guest(format!(
-                "{op:?}: iteration {i} took its interrupt outside the timed span"
+                "{op:?}: iteration {iteration} took its interrupt outside the timed span"
             )));
         }
-        ns.push(clock.ns(ticks));
+        Ok(clock.ns(ticks))
     }
-    Ok((Summary::of(&mut ns), exits.saturating_sub(1)))
 }
 
 /// Run every operation and the wake cells; build the costs file.
@@ -187,6 +240,15 @@ pub fn measure_all(
             Err(e) => failed.push((op, e.to_string())),
         }
     }
+    let mut paired = Vec::new();
+    let mut paired_failed = Vec::new();
+    for pair in Pair::all() {
+        match paired::measure(pair, iterations, clock) {
+            Ok(c) => paired.push(c),
+            Err(e) if e.is_unavailable() => return Err(e),
+            Err(e) => paired_failed.push((pair, e.to_string())),
+        }
+    }
     let wake_cells = wake_cells(wake_samples, clock)?;
     let reentry = reentry::measure(iterations, clock).ok();
     let timer = timer::measure(iterations, clock)
@@ -198,13 +260,15 @@ pub fn measure_all(
     let forced_irq = forced::measure(iterations, clock)
         .map_err(|e| tracing::warn!(%e, "forced interrupt loop failed"))
         .ok();
-    let costs = costs_of(&ops, &wake_cells);
+    let costs = costs_of(&ops, &paired, &wake_cells);
     Ok(ExitsReport {
         tsc_ghz: clock.ghz,
         loadavg: crate::host::loadavg(),
         iterations,
         ops,
         failed,
+        paired,
+        paired_failed,
         wake_cells,
         reentry,
         timer,
@@ -266,11 +330,15 @@ pub const MIN_NET_NS: u64 = 100;
 /// PVM host, which notices the kick only after about a millisecond.
 pub const MAX_IRQ_INJECT_NS: u64 = 100_000;
 
-fn costs_of(ops: &[OpCost], wakes: &[(String, Cell)]) -> Costs {
+/// Exit costs are the paired net p50s (against the baseline) where the pair ran, else the
+/// single-operation loops' `net_p50_ns`.
+fn costs_of(ops: &[OpCost], paired: &[PairedCost], wakes: &[(String, Cell)]) -> Costs {
     let net = |op: ExitOp| {
-        ops.iter()
-            .find(|o| o.op == op)
-            .map(|o| o.net_p50_ns)
+        let pair = paired
+            .iter()
+            .find(|c| c.pair.op == op && c.pair.reference == ExitOp::Baseline)
+            .map(|c| u64::try_from(c.net_ns.p50).unwrap_or(0));
+        pair.or_else(|| ops.iter().find(|o| o.op == op).map(|o| o.net_p50_ns))
             .filter(|&ns| ns >= MIN_NET_NS)
     };
     let wake = |k: &str| {

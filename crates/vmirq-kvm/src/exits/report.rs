@@ -1,6 +1,8 @@
 //! Table and HTML of `vmirq kvm exits`.
 
 use super::ExitsReport;
+use crate::guest::exits::ExitOp;
+use crate::guest::paired::Pair;
 use crate::report::{us, Table};
 use vmirq_report::{BarChart, Page};
 
@@ -94,6 +96,64 @@ pub fn table(r: &ExitsReport) -> Table {
     t
 }
 
+/// One row per pair: the single-operation loops' net p50 (`old_net`: the op's p50 minus the
+/// separately measured baseline's, or for a [`ExitOp::PioUser`] reference the difference of
+/// the two ops' net p50s, as host profiles v5-v7 take it) beside the paired net (p10, p50,
+/// p90 of op minus reference, pair by pair).
+#[must_use]
+pub fn paired_table(r: &ExitsReport) -> Table {
+    let mut t = Table::new(&[
+        "op",
+        "reference",
+        "n",
+        "op_p50_us",
+        "ref_p50_us",
+        "old_net_p50_us",
+        "pair_p10_us",
+        "pair_p50_us",
+        "pair_p90_us",
+        "user_exits",
+    ])
+    .left_aligned(2);
+    for c in &r.paired {
+        t.row(vec![
+            format!("{:?}", c.pair.op),
+            format!("{:?}", c.pair.reference),
+            c.net_ns.n.to_string(),
+            us(c.op_raw_ns.p50),
+            us(c.reference_raw_ns.p50),
+            old_net(r, c.pair).map_or_else(|| "-".into(), signed_us),
+            signed_us(c.net_ns.p10),
+            signed_us(c.net_ns.p50),
+            signed_us(c.net_ns.p90),
+            c.user_exits.to_string(),
+        ]);
+    }
+    for (pair, why) in &r.paired_failed {
+        t.row(vec![
+            format!("{:?}", pair.op),
+            format!("{:?}", pair.reference),
+            "failed".into(),
+            why.clone(),
+        ]);
+    }
+    t
+}
+
+/// The single-operation loops' net cost of `pair` in the same run, if both ops ran.
+fn old_net(r: &ExitsReport, pair: Pair) -> Option<i64> {
+    let net = |op: ExitOp| {
+        r.ops
+            .iter()
+            .find(|o| o.op == op)
+            .and_then(|o| i64::try_from(o.net_p50_ns).ok())
+    };
+    match pair.reference {
+        ExitOp::Baseline => net(pair.op),
+        reference => Some(net(pair.op)? - net(reference)?),
+    }
+}
+
 /// Signed nanoseconds as microseconds with one decimal.
 fn signed_us(ns: i64) -> String {
     #[allow(clippy::cast_precision_loss, reason = "display only")]
@@ -119,6 +179,12 @@ pub fn html(r: &ExitsReport) -> String {
         )
         .svg()]);
     page.section("Operations").table(&table(r));
+    page.section("Paired with their reference")
+        .paragraph(
+            "Each operation alternates with its reference in one loop; the net cost is the \
+             p50 of the per-pair differences (old_net: the separate loops' p50s subtracted).",
+        )
+        .table(&paired_table(r));
     if let Ok(json) = r.costs.to_json() {
         page.section("Costs file").pre(&json);
     }

@@ -10,7 +10,7 @@ use super::{asm_error, msr, AsmResult, Builder, Program};
 use crate::error::{Error, Result};
 use crate::layout::{self, mailbox, port, WAKE_VECTOR};
 use iced_x86::code_asm::{
-    dword_ptr, eax, ecx, edx, qword_ptr, r12, r15, r8, r8d, r9, r9d, rax, rbp, rdi, rdx,
+    dword_ptr, eax, ecx, edx, qword_ptr, r12, r15, r8, r8d, r9, r9d, rax, rbp, rdi, rdx, CodeLabel,
 };
 use serde::{Deserialize, Serialize};
 
@@ -134,19 +134,39 @@ pub fn program(op: ExitOp, iterations: u32) -> Result<Program> {
 }
 
 fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
+    let top = prologue(b, &[op], iterations)?;
+    span(b, op)?;
+    epilogue(b, &[op], top)
+}
+
+/// Entry, x2APIC if any of `ops` needs it, the loop registers (`rdi` the sample array,
+/// `rbp` the MMIO address, `r12` the iteration count), the switch to ring 3 if `ops[0]` runs
+/// there (every op of one loop runs in the same ring), and the loop's top label.
+pub(super) fn prologue(b: &mut Builder, ops: &[ExitOp], iterations: u32) -> AsmResult<CodeLabel> {
     b.entry()?;
-    if op == ExitOp::IpiSelf || op.interrupts() {
+    if ops
+        .iter()
+        .any(|&op| op == ExitOp::IpiSelf || op.interrupts())
+    {
         b.enable_x2apic()?;
     }
     b.a.mov(rdi, layout::ARRAY)?;
     b.a.mov(rbp, layout::MMIO_ADDR)?;
     b.a.mov(r12, u64::from(iterations))?;
     let mut top = b.a.create_label();
-    if op.ring3() {
+    if ops.first().is_some_and(|op| op.ring3()) {
         b.a.mov(rbp, layout::DOORBELL_MMIO)?;
         b.enter_ring3(top)?; // keeps rdi, rbp, r12 (it uses rax only)
     }
     b.a.set_label(&mut top)?;
+    Ok(top)
+}
+
+/// One timed span of `op` and its sample: the tick delta stored at `[rdi]`, `rdi` advanced
+/// by 8. The bracketing (`rdtsc; mov; mov; xor; xor` before the op, `rdtsc` after it, or the
+/// handler's timestamp for [`ExitOp::IrqEntry`]) is the same for every op, so two spans
+/// differ only in their op.
+pub(super) fn span(b: &mut Builder, op: ExitOp) -> AsmResult {
     if op == ExitOp::IrqEntry {
         self_ipi(b)?; // pending, interrupts off: outside the timed span
     }
@@ -166,24 +186,29 @@ fn emit(b: &mut Builder, op: ExitOp, iterations: u32) -> AsmResult {
     b.a.shl(r9, 32)?;
     b.a.or(r8, r9)?;
     b.a.sub(rax, r8)?;
-    b.a.mov(iced_x86::code_asm::qword_ptr(rdi), rax)?;
-    b.a.add(rdi, 8)?;
+    b.a.mov(qword_ptr(rdi), rax)?;
+    b.a.add(rdi, 8)
+}
+
+/// The loop's end (`dec r12; jnz top`), DONE, and the interrupt handler if any of `ops`
+/// takes interrupts.
+pub(super) fn epilogue(b: &mut Builder, ops: &[ExitOp], top: CodeLabel) -> AsmResult {
     b.a.dec(r12)?;
     b.a.jnz(top)?;
     let mut done = b.a.create_label();
     b.a.set_label(&mut done)?;
     b.out(port::DONE)?;
-    if op.ring3() {
+    if ops.first().is_some_and(|op| op.ring3()) {
         b.a.jmp(done)?; // `hlt` faults in ring 3; the VMM stops at DONE anyway
     } else {
         b.a.hlt()?;
     }
-    if op.interrupts() {
+    if ops.iter().any(|op| op.interrupts()) {
         // Count, EOI and return. Clobbers eax, ecx, edx only: the loop reloads them (rdtsc)
         // after the operation, and keeps its own state in r8, r9, rdi, rbp, r12 (r15: the
         // mailbox). The count lets the VMM check that every iteration took its interrupt.
         b.handler(WAKE_VECTOR)?;
-        if op == ExitOp::IrqEntry {
+        if ops.contains(&ExitOp::IrqEntry) {
             // Timestamp first (the end of the timed span), kept in the mailbox.
             b.a.rdtsc()?;
             b.a.shl(rdx, 32)?;

@@ -9,6 +9,7 @@ pub mod device;
 pub mod exits;
 pub mod forced;
 pub mod ipi;
+pub mod paired;
 pub mod timer;
 pub mod wake;
 

@@ -248,6 +248,8 @@ fn run_exits(a: ExitsArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", vmirq_kvm::exits::table(&report).to_text());
+        println!();
+        print!("{}", vmirq_kvm::exits::paired_table(&report).to_text());
         println!("{}", report.costs.to_json()?);
     }
     Ok(ExitCode::SUCCESS)
