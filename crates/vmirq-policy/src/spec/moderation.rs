@@ -343,6 +343,21 @@ macro_rules! param {
     };
 }
 
+/// `key=on` or `key=off` when `on` is not the default `default`.
+fn write_switch(
+    f: &mut fmt::Formatter<'_>,
+    s: &mut Sep,
+    key: &str,
+    on: bool,
+    default: bool,
+) -> fmt::Result {
+    if on == default {
+        return Ok(());
+    }
+    s.put(f)?;
+    write!(f, "{key}={}", if on { "on" } else { "off" })
+}
+
 fn write_mode_dir(
     f: &mut fmt::Formatter<'_>,
     s: &mut Sep,
@@ -426,22 +441,8 @@ impl fmt::Display for ModerationSpec {
                 param!(f, s, b.small_bytes, d.small_bytes, "small_bytes");
                 param!(f, s, b.short_pkts, d.short_pkts, "short_pkts");
                 param!(f, s, b.gap_us, d.gap_us, "gap_us");
-                if b.response_wait != d.response_wait {
-                    s.put(f)?;
-                    f.write_str(if b.response_wait {
-                        "wait=on"
-                    } else {
-                        "wait=off"
-                    })?;
-                }
-                if b.overtake != d.overtake {
-                    s.put(f)?;
-                    f.write_str(if b.overtake {
-                        "overtake=on"
-                    } else {
-                        "overtake=off"
-                    })?;
-                }
+                write_switch(f, &mut s, "wait", b.response_wait, d.response_wait)?;
+                write_switch(f, &mut s, "overtake", b.overtake, d.overtake)?;
             }
             Self::Spdk(c) => {
                 let d = SpdkConfig::default();
