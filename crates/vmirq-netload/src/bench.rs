@@ -40,6 +40,25 @@ pub enum BenchError {
     /// A temporary directory for testpmd's sockets.
     #[error("temporary directory")]
     TempDir(#[source] std::io::Error),
+    /// testpmd's vhost PMD cannot connect these ports.
+    #[error(
+        "testpmd forwards fixed pairs (0 <-> 1, 2 <-> 3): {0} ports leave one without a \
+         partner; the 3-port mix needs a switch that learns addresses (--peer vmirq)"
+    )]
+    TestpmdPorts(usize),
+}
+
+/// Check that testpmd's vhost PMD, which forwards fixed pairs (`io` mode: 0 <-> 1,
+/// 2 <-> 3), can be the peer of `ports` ports: an even number.
+///
+/// # Errors
+/// [`BenchError::TestpmdPorts`].
+pub const fn check_testpmd_ports(ports: usize) -> Result<(), BenchError> {
+    if ports % 2 == 0 {
+        Ok(())
+    } else {
+        Err(BenchError::TestpmdPorts(ports))
+    }
 }
 
 /// What to measure.
@@ -48,7 +67,7 @@ pub struct BenchConfig {
     /// vhost-user-net sockets to connect to; empty: start testpmd's vhost PMD as the peer.
     pub sockets: Vec<PathBuf>,
     /// Ports of the testpmd peer when `sockets` is empty (2; 4 puts a mix's messages on
-    /// their own queues).
+    /// their own queues; testpmd refuses 3, see [`check_testpmd_ports`]).
     pub testpmd_ports: usize,
     /// Traffic.
     pub workload: Workload,
@@ -276,9 +295,17 @@ pub fn bench(
     cfg.workload.validate()?;
     cfg.workload.check_encap(cfg.run.frames)?;
     let ports_needed = cfg.testpmd_ports;
+    let ports = if cfg.sockets.is_empty() {
+        ports_needed
+    } else {
+        cfg.sockets.len()
+    };
+    cfg.workload
+        .check_ports(ports, cfg.run.wire_sender.is_some())?;
     let dir;
     let mut pmd = None;
     let sockets = if cfg.sockets.is_empty() {
+        check_testpmd_ports(ports_needed)?;
         dir = tempfile_dir()?;
         let sockets: Vec<PathBuf> = (0..ports_needed)
             .map(|i| peer::socket_path(&dir.0, i))
@@ -369,6 +396,42 @@ pub fn run_config(measure: Duration) -> RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn testpmd_refuses_three_ports_before_it_starts() {
+        assert!(check_testpmd_ports(2).is_ok() && check_testpmd_ports(4).is_ok());
+        let e = check_testpmd_ports(3).expect_err("port 2 has no partner");
+        assert!(e.to_string().contains("--peer vmirq"), "{e}");
+        // A session refuses before it starts testpmd (which would fail anyway here when
+        // dpdk-testpmd is not installed: the error says which check refused).
+        let mix: Workload = "mix:1514@812744+96/200".parse().expect("valid");
+        let mut run = run_config(Duration::from_millis(10));
+        run.wire_sender = Some(None);
+        let cfg = BenchConfig {
+            sockets: Vec::new(),
+            testpmd_ports: 3,
+            workload: mix,
+            modes: vec![Mode::Interrupt],
+            repeat: 1,
+            run,
+            port: PortConfig::default(),
+        };
+        let e = bench(&cfg, |_| {}).expect_err("refused");
+        assert!(matches!(e, BenchError::TestpmdPorts(3)), "{e:?}");
+        // Without the wire sender the workload refuses first, whatever the peer.
+        let client = BenchConfig {
+            run: RunConfig {
+                wire_sender: None,
+                ..cfg.run.clone()
+            },
+            ..cfg.clone()
+        };
+        let e = bench(&client, |_| {}).expect_err("refused");
+        assert!(
+            matches!(e, BenchError::Workload(WorkloadError::ThreePortsNeedWire)),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn spread_is_median_min_max() {

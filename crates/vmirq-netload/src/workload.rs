@@ -1,6 +1,8 @@
 //! What the load generator sends: a bulk stream (paced or not), request/response ping-pong
 //! between two ports (TCP_RR-like), or the moderation talk's mix (a bulk stream plus short
-//! request/response messages, on the same queues or on a second pair of ports).
+//! request/response messages: on the same queues, on a second pair of ports, or with three
+//! ports, the bulk and the responses from two source ports into the client's one receive
+//! queue).
 
 use crate::frame::{Encap, FRAME_LEN_MAX, FRAME_LEN_MIN};
 use serde::Serialize;
@@ -26,7 +28,8 @@ pub enum Workload {
         depth: u32,
     },
     /// A bulk stream 0 -> 1 plus one short request/response transaction every
-    /// `msg_interval_us` (0 -> 1 and back on the same queues, or 2 <-> 3 with four ports).
+    /// `msg_interval_us` (0 -> 1 and back on the same queues, 1 -> 2 and back with three
+    /// ports, or 2 <-> 3 with four ports).
     Mix {
         /// Bulk frame length.
         bulk_len: u32,
@@ -80,6 +83,12 @@ pub enum WorkloadError {
         /// Ports given.
         got: usize,
     },
+    /// The mix on three ports without the wire sender.
+    #[error(
+        "mix on 3 ports needs the wire sender (--sender wire): port 0 sends the bulk from a \
+         thread of its own, port 2 answers from another, the client on port 1 receives both"
+    )]
+    ThreePortsNeedWire,
 }
 
 impl Workload {
@@ -129,25 +138,29 @@ impl Workload {
         Ok(())
     }
 
-    /// Check that `ports` ports suit this workload.
+    /// Check that `ports` ports suit this workload, the bulk sent by a thread of its own
+    /// (`wire`) or by the client: the mix on three ports needs the wire (port 0 is another
+    /// host's, port 2 a responder's, and the client thread only has port 1).
     ///
     /// # Errors
-    /// [`WorkloadError::Ports`].
-    pub fn check_ports(&self, ports: usize) -> Result<(), WorkloadError> {
+    /// [`WorkloadError::Ports`], [`WorkloadError::ThreePortsNeedWire`].
+    pub fn check_ports(&self, ports: usize, wire: bool) -> Result<(), WorkloadError> {
         let (workload, needs, ok) = match self {
             Self::Stream { .. } => ("stream", "2", ports == 2),
             Self::Rr { .. } => ("rr", "2", ports == 2),
-            Self::Mix { .. } => ("mix", "2 or 4", ports == 2 || ports == 4),
+            Self::Mix { .. } => ("mix", "2, 3 or 4", (2..=4).contains(&ports)),
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(WorkloadError::Ports {
+        if !ok {
+            return Err(WorkloadError::Ports {
                 workload,
                 needs,
                 got: ports,
-            })
+            });
         }
+        if ports == 3 && !wire {
+            return Err(WorkloadError::ThreePortsNeedWire);
+        }
+        Ok(())
     }
 
     /// Check that every frame of this workload can carry `encap`'s headers and trailer
@@ -363,10 +376,28 @@ mod tests {
         };
         assert!(m.validate().is_ok());
         assert_eq!(m.max_frame_len(), 9014);
-        assert!(m.check_ports(4).is_ok());
-        assert!(m.check_ports(3).is_err());
-        assert!(r.check_ports(4).is_err());
+        assert!(m.check_ports(4, false).is_ok());
+        assert!(m.check_ports(5, true).is_err());
+        assert!(r.check_ports(4, false).is_err());
         assert_eq!(m.to_string(), "mix 9014B @max + 64B every 100us");
+    }
+
+    #[test]
+    fn the_mix_on_three_ports_needs_the_wire_sender() {
+        let m: Workload = "mix:1514@812744+96/200".parse().expect("valid");
+        assert_eq!(m.check_ports(3, true), Ok(()));
+        let e = m.check_ports(3, false).expect_err("no wire sender");
+        assert_eq!(e, WorkloadError::ThreePortsNeedWire);
+        assert!(e.to_string().contains("--sender wire"), "{e}");
+        for w in ["stream:1514", "rr:64"] {
+            let w: Workload = w.parse().expect("valid");
+            let e = w.check_ports(3, true).expect_err("mix only");
+            assert!(matches!(e, WorkloadError::Ports { got: 3, .. }), "{e:?}");
+        }
+        for n in [2, 4] {
+            assert_eq!(m.check_ports(n, false), Ok(()), "{n} ports");
+            assert_eq!(m.check_ports(n, true), Ok(()), "{n} ports");
+        }
     }
 
     #[test]

@@ -134,3 +134,97 @@ fn netload_sends_udp_frames_through_serve_net() {
     assert_eq!(r["bulk"]["lost"], 0, "{r}");
     assert_eq!(r["rr"]["lost"], 0, "{r}");
 }
+
+/// `vmirq netload` with the arguments of a short 3-port mix and `extra`.
+fn three_port_mix(extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vmirq"))
+        .args([
+            "netload",
+            "--ports",
+            "3",
+            "--workload",
+            "mix:1514@5k+96/200",
+            "--frames",
+            "udp",
+            "--mode",
+            "interrupt",
+            "--repeat",
+            "1",
+            "--seconds",
+            "0.3",
+            "--warmup",
+            "0.1",
+        ])
+        .args(extra)
+        .output()
+        .expect("vmirq runs")
+}
+
+/// The 3-port mix is refused before any peer starts without the wire sender, and with
+/// testpmd as the peer (it forwards fixed pairs: port 2 would have no partner).
+#[test]
+fn netload_refuses_three_ports_without_the_wire_or_with_testpmd() {
+    let out = three_port_mix(&["--peer", "vmirq"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("mix on 3 ports needs the wire sender (--sender wire)"),
+        "{stderr}"
+    );
+    for peers in ["testpmd", "vmirq,testpmd"] {
+        let out = three_port_mix(&["--peer", peers, "--sender", "wire"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{peers}: {stderr}");
+        assert!(
+            stderr.contains("--peer testpmd") && stderr.contains("fixed pairs"),
+            "{peers}: {stderr}"
+        );
+        // Nothing ran: no run's summary, no serve-net counters.
+        assert!(!stderr.contains("port 0:"), "{peers}: {stderr}");
+    }
+}
+
+/// The 3-port mix through serve-net in this process: it runs with `--switch learn`, loses
+/// nothing, every request is answered by the responder, and nothing reaches the wire's
+/// port but the path probes flooded before port 2's address was learned.
+#[test]
+fn netload_runs_the_three_port_mix_through_serve_net() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("netload.json");
+    let json_arg = json.to_str().expect("utf-8 path");
+    let out = three_port_mix(&["--peer", "vmirq", "--sender", "wire", "--json", json_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("--switch learn"), "{stdout}");
+    assert!(stdout.contains("RTT p50"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("json");
+    let r = &report["runs"][0];
+    assert_eq!(r["bulk"]["lost"], 0, "{r}");
+    assert_eq!(r["rr"]["lost"], 0, "{r}");
+    assert!(
+        r["rr"]["transactions"].as_u64().is_some_and(|n| n > 0),
+        "{r}"
+    );
+    assert!(r["rr"]["answered"].as_u64().is_some_and(|n| n > 0), "{r}");
+    // serve-net's summary: port 0 received only flooded path probes (a handful), port 2
+    // the requests.
+    let rx = |port: usize| -> u64 {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("port {port}: ")))
+            .unwrap_or_else(|| panic!("port {port} counters: {stderr}"));
+        let v = line.split("rx_frames=").nth(1).expect("rx_frames");
+        v.split_whitespace()
+            .next()
+            .expect("a number")
+            .parse()
+            .expect("a count")
+    };
+    assert!(rx(0) < 20, "{stderr}");
+    assert!(
+        rx(2) >= r["rr"]["answered"].as_u64().expect("count"),
+        "{stderr}"
+    );
+}

@@ -18,7 +18,8 @@ use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// The server index of a request/response flow answered by the wire.
+/// The server index of a request/response flow answered by another thread (the wire on
+/// two ports, the responder on three).
 const REMOTE: usize = usize::MAX;
 
 /// The client's side of a wire sender.
@@ -26,7 +27,7 @@ const REMOTE: usize = usize::MAX;
 pub(super) struct WireLink<'a> {
     /// Counts and flags shared with the wire thread.
     pub shared: &'a WireShared,
-    /// The wire port's address.
+    /// The address of the port that answers the client's requests.
     pub remote: Mac,
 }
 
@@ -61,7 +62,8 @@ pub(super) struct Engine<'a> {
     /// The bulk stream's sender when it runs on its own thread (then `ports` are the
     /// client's ports only, the workload's ports 1.. as 0..).
     wire: Option<&'a WireShared>,
-    /// The wire's address (the server of the mix's messages on two ports).
+    /// The far end's address: the server of the mix's messages (the wire's port on two
+    /// ports, the responder's on three).
     remote: Option<Mac>,
     /// Reused buffers of the hot path: eventfds to sleep on (port, is TX, fd), ports sent on.
     poll_set: Vec<(usize, bool, RawFd)>,
@@ -115,7 +117,8 @@ impl<'a> Engine<'a> {
             } => {
                 let (c, s) = match (ports.len() + shift, shift) {
                     (4, _) => (2 - shift, 3 - shift),
-                    // Two ports with a wire: the client's one port asks, the wire answers.
+                    // Two or three ports with a wire: the client's one port asks, the wire
+                    // (two) or the responder (three) answers.
                     (_, 1) => (0, REMOTE),
                     _ => (0, 1),
                 };
@@ -633,6 +636,10 @@ impl<'a> Engine<'a> {
                 .unwrap_or_default(),
             bulk: self.bulk.as_ref(),
             rr: self.rr.as_ref(),
+            answered: self
+                .wire
+                .filter(|_| self.rr.as_ref().is_some_and(|r| r.server == REMOTE))
+                .map(|w| w.answered.load(Ordering::Acquire)),
             rtt: &self.rtt,
             msgs: &self.msgs,
             frame_errors: self.errors,

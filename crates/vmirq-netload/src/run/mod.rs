@@ -25,6 +25,7 @@ use hdrhistogram::Histogram;
 pub use paths::{await_paths, Hellos};
 pub use report::{Report, Snapshot};
 use serde::Serialize;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Errors of a run.
@@ -59,11 +60,11 @@ pub enum RunError {
     /// A wire sender needs a bulk stream.
     #[error("a wire sender needs `stream` or `mix`")]
     WireSender,
-    /// The wire sender's thread could not start.
+    /// The wire sender's (or the responder's) thread could not start.
     #[error("starting the wire sender")]
     Thread(#[source] std::io::Error),
-    /// The wire sender's thread panicked.
-    #[error("the wire sender panicked")]
+    /// The wire sender's (or the responder's) thread panicked.
+    #[error("the wire sender or the responder panicked")]
     WirePanicked,
 }
 
@@ -169,8 +170,12 @@ pub struct RunConfig {
     /// Send the bulk stream from a thread of its own ([`wire`]: another host on the wire)
     /// pinned to this CPU (`Some(None)`: unpinned), so that the client thread only receives
     /// it; `None`: the client thread sends it. `stream` or `mix`; in the mix on two ports
-    /// the wire also answers the client's requests (its port 0 is the far end).
+    /// the wire also answers the client's requests (its port 0 is the far end); the mix on
+    /// three ports needs it, its requests answered by a responder on port 2.
     pub wire_sender: Option<Option<usize>>,
+    /// Pin the responder of the three-port mix ([`wire::respond`], port 2's thread) to this
+    /// CPU; `None`: unpinned.
+    pub responder_cpu: Option<usize>,
     /// Encapsulation of every frame the run sends (`--frames`; [`run`] sets it on every
     /// port). `raw` by default, so earlier numbers stay comparable.
     pub frames: Encap,
@@ -193,6 +198,7 @@ impl RunConfig {
             bulk_window: None,
             backend_pid: None,
             wire_sender: None,
+            responder_cpu: None,
             frames: Encap::Raw,
         }
     }
@@ -226,7 +232,8 @@ enum Phase {
 pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
     cfg.workload.validate()?;
     cfg.workload.check_encap(cfg.frames)?;
-    cfg.workload.check_ports(ports.len())?;
+    cfg.workload
+        .check_ports(ports.len(), cfg.wire_sender.is_some())?;
     for p in ports.iter_mut() {
         p.set_encap(cfg.frames);
     }
@@ -253,37 +260,98 @@ pub fn run(ports: &mut [NetPort], cfg: &RunConfig) -> Result<Report> {
         } => (bulk_len, bulk_rate_pps),
         Workload::Rr { .. } => return Err(RunError::WireSender),
     };
-    // The mix on two ports: the wire also answers the client's requests (same queue).
-    let answer = matches!(cfg.workload, Workload::Mix { .. }) && ports.len() == 2;
-    let remote = ports[0].mac();
-    let dst = ports[1].mac();
     let (sender, client) = ports.split_at_mut(1);
     let sender = &mut sender[0];
+    // The mix on three ports: the client has port 1 only, port 2 answers on its own thread;
+    // on two ports the wire also answers the client's requests (same queue).
+    let mix = matches!(cfg.workload, Workload::Mix { .. });
+    let (client, responder) = if mix && client.len() == 2 {
+        let (c, r) = client.split_at_mut(1);
+        (c, r.first_mut())
+    } else {
+        (client, None)
+    };
+    let answer = mix && client.len() == 1 && responder.is_none();
     let slack = u64::from(sender.tx_in_flight()) + sender.tx_free() as u64;
-    let flow = flows::BulkFlow::new(BULK_FLOW, 0, 1, frame_len, rate, slack);
+    let far = FarSide {
+        flow: flows::BulkFlow::new(BULK_FLOW, 0, 1, frame_len, rate, slack),
+        wire_cpu,
+        answer,
+        responder,
+    };
+    with_far_side(sender, client, far, cfg, (rtt, msgs), hellos)
+}
+
+/// The threads that play the other hosts when the bulk comes from the wire.
+struct FarSide<'a> {
+    /// The stream the wire sends (port 0 -> the client's first port).
+    flow: flows::BulkFlow,
+    /// CPU of the wire's thread.
+    wire_cpu: Option<usize>,
+    /// The wire answers the client's requests (the mix on two ports).
+    answer: bool,
+    /// The responder's port (the mix on three ports).
+    responder: Option<&'a mut NetPort>,
+}
+
+/// Run the client thread's engine over `client` while the wire sends from `sender` (and
+/// the responder answers on its port), then stop them and join them.
+fn with_far_side(
+    sender: &mut NetPort,
+    client: &mut [NetPort],
+    far: FarSide<'_>,
+    cfg: &RunConfig,
+    stats: (Histogram<u64>, msgpath::MsgPath),
+    hellos: Hellos,
+) -> Result<Report> {
+    let dst = client[0].mac();
+    let remote = far.responder.as_ref().map_or(sender.mac(), |p| p.mac());
+    let FarSide {
+        flow,
+        wire_cpu,
+        answer,
+        responder,
+    } = far;
     let shared = wire::WireShared::default();
     let pattern = crate::frame::Pattern::new();
+    let quit = |shared: &wire::WireShared| {
+        shared.stop.store(true, Ordering::Release);
+        shared.quit.store(true, Ordering::Release);
+    };
     std::thread::scope(|s| {
+        // The responder first: if the wire's thread cannot start, it is told to quit.
+        let responder = responder
+            .map(|port| {
+                std::thread::Builder::new()
+                    .name("netload-responder".into())
+                    .spawn_scoped(s, || {
+                        wire::respond(port, dst, &pattern, &shared, cfg.responder_cpu)
+                    })
+            })
+            .transpose()
+            .map_err(RunError::Thread)?;
         let wire = std::thread::Builder::new()
             .name("netload-wire".into())
             .spawn_scoped(s, || {
                 wire::send(sender, flow, dst, &pattern, &shared, wire_cpu, answer)
             })
-            .map_err(RunError::Thread)?;
+            .map_err(|e| {
+                quit(&shared);
+                RunError::Thread(e)
+            })?;
         let link = engine::WireLink {
             shared: &shared,
             remote,
         };
-        let report = engine::Engine::new(client, cfg, (rtt, msgs), hellos, Some(link)).run();
-        shared
-            .stop
-            .store(true, std::sync::atomic::Ordering::Release);
-        shared
-            .quit
-            .store(true, std::sync::atomic::Ordering::Release);
+        let report = engine::Engine::new(client, cfg, stats, hellos, Some(link)).run();
+        quit(&shared);
         let sent = wire.join().map_err(|_| RunError::WirePanicked)?;
+        let responded = responder
+            .map(|r| r.join().map_err(|_| RunError::WirePanicked))
+            .transpose()?;
         let report = report?;
         sent?;
+        responded.transpose()?;
         Ok(report)
     })
 }

@@ -128,6 +128,9 @@ pub struct RrReport {
     pub lost: u64,
     /// Responses that answered nothing outstanding.
     pub unexpected: u64,
+    /// Requests another thread answered over the whole run (the wire on two ports, the
+    /// responder on three); `None` when the client's own port answers.
+    pub answered: Option<u64>,
     /// Device signals on the flow's two ports in the window, when no other flow uses them
     /// (the mix on separate queues); `None` on shared queues.
     pub interrupts: Option<u64>,
@@ -245,6 +248,8 @@ pub struct Totals<'a> {
     pub bulk: Option<&'a super::flows::BulkFlow>,
     /// Request/response flow at the end.
     pub rr: Option<&'a super::flows::RrFlow>,
+    /// Requests another thread answered (see [`RrReport::answered`]).
+    pub answered: Option<u64>,
     /// RTT histogram of the window.
     pub rtt: &'a Histogram<u64>,
     /// Where the messages' time went.
@@ -324,6 +329,7 @@ impl Report {
                 rtt: Latency::of(t.rtt),
                 lost: f.in_flight() as u64,
                 unexpected: f.unexpected,
+                answered: t.answered,
                 interrupts: rr_irqs,
                 interrupts_per_packet: rr_irqs.map(|i| per(i, 2 * n)),
                 frames_ahead_p50: t.msgs.ahead_quantile(0.5),

@@ -14,7 +14,11 @@
 //! In the mix on two ports the wire is also the far end of the messages (the talk's guest
 //! receiving a stream and answering short messages on the same queue): it answers every
 //! request that reaches its port, sleeping on that port's receive interrupt between bursts,
-//! until the client thread lets it go.
+//! until the client thread lets it go. Its responses then leave the same transmit ring as
+//! the bulk, behind bulk frames waiting for room in the client's receive ring. In the mix
+//! on three ports the far end is a host of its own ([`respond`], port 2): the bulk (from
+//! port 0) and the responses (from port 2) meet only in the client's one receive queue, as
+//! in the talk, where they come from different remote hosts.
 
 use super::flows::{response_to, BulkFlow};
 use super::{os, port_err, Result};
@@ -27,7 +31,12 @@ use std::time::{Duration, Instant};
 /// Shortest sleep between two bursts of the wire sender.
 pub const WIRE_TICK: Duration = Duration::from_micros(20);
 
-/// What the sender and the client thread share.
+/// Longest sleep of the responder with nothing to send: how long it may take to see `quit`
+/// (a request wakes it at once through its receive interrupt).
+pub const RESPONDER_IDLE: Duration = Duration::from_millis(1);
+
+/// What the wire's threads (the sender, and on three ports the responder) and the client
+/// thread share.
 #[derive(Debug, Default)]
 pub struct WireShared {
     /// Frames sent so far.
@@ -38,9 +47,10 @@ pub struct WireShared {
     pub stop: AtomicBool,
     /// Set by the sender when it sends no more of the stream (stopped or failed).
     pub done: AtomicBool,
-    /// Set by the client when the run is over: stop answering requests too, and return.
+    /// Set by the client when the run is over: stop answering requests too, and return
+    /// (the sender and the responder).
     pub quit: AtomicBool,
-    /// Requests answered.
+    /// Requests answered (by the sender on two ports, by the responder on three).
     pub answered: AtomicU64,
 }
 
@@ -63,13 +73,8 @@ pub fn send(
     }
     os::precise_timers();
     let mut w = Wire {
-        port,
-        dst,
-        pattern,
-        shared,
+        far: FarEnd::new(port, WIRE_PORT, dst, pattern, shared),
         answer,
-        replies: VecDeque::new(),
-        scratch: Vec::new(),
     };
     let res = w.run(&mut flow);
     shared.sent.store(flow.sent, Ordering::Release);
@@ -77,47 +82,162 @@ pub fn send(
     res
 }
 
-struct Wire<'a> {
+/// The wire's port index in the workload (for errors).
+const WIRE_PORT: usize = 0;
+/// The responder's port index in the three-port mix (for errors).
+const RESPONDER_PORT: usize = 2;
+
+/// Answer every request reaching `port` with a response of the same flow to `dst`, and send
+/// nothing else, until `shared.quit`; pinned to `cpu` if given. Between bursts it sleeps on
+/// the port's receive interrupt (the far end of the three-port mix: another host).
+///
+/// # Errors
+/// A port failure.
+pub fn respond(
+    port: &mut NetPort,
+    dst: Mac,
+    pattern: &Pattern,
+    shared: &WireShared,
+    cpu: Option<usize>,
+) -> Result<()> {
+    if let Some(cpu) = cpu {
+        os::pin_to(cpu);
+    }
+    os::precise_timers();
+    let mut far = FarEnd::new(port, RESPONDER_PORT, dst, pattern, shared);
+    far.port.rx_disable_cb().map_err(port_err(far.index))?;
+    far.port.tx_disable_cb().map_err(port_err(far.index))?;
+    while !shared.quit.load(Ordering::Acquire) {
+        far.reclaim()?;
+        if far.answer_requests()? > 0 {
+            far.port.flush().map_err(port_err(far.index))?;
+        }
+        // Responses waiting for transmit room retry after a tick (no transmit interrupt).
+        let idle = if far.replies.is_empty() {
+            RESPONDER_IDLE
+        } else {
+            WIRE_TICK
+        };
+        far.sleep(idle)?;
+    }
+    Ok(())
+}
+
+/// One port of the far end: sends to `dst`, answers requests.
+struct FarEnd<'a> {
     port: &'a mut NetPort,
+    /// The port's index in the workload (for errors).
+    index: usize,
     dst: Mac,
     pattern: &'a Pattern,
     shared: &'a WireShared,
-    answer: bool,
     /// Responses waiting for TX room.
     replies: VecDeque<Probe>,
     scratch: Vec<u8>,
 }
 
+impl<'a> FarEnd<'a> {
+    fn new(
+        port: &'a mut NetPort,
+        index: usize,
+        dst: Mac,
+        pattern: &'a Pattern,
+        shared: &'a WireShared,
+    ) -> Self {
+        Self {
+            port,
+            index,
+            dst,
+            pattern,
+            shared,
+            replies: VecDeque::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Reclaim transmitted buffers (no transmit interrupts).
+    fn reclaim(&mut self) -> Result<()> {
+        if self.port.tx_in_flight() > 0 {
+            self.port.reclaim_tx().map_err(port_err(self.index))?;
+        }
+        Ok(())
+    }
+
+    /// Receive what reached the port and answer every request; returns frames queued.
+    fn answer_requests(&mut self) -> Result<u64> {
+        let Self {
+            port,
+            pattern,
+            replies,
+            scratch,
+            index,
+            ..
+        } = self;
+        port.receive(64, scratch, &mut |f| {
+            if let Ok(p) = frame::parse(f, pattern, false) {
+                if p.kind == Kind::Request {
+                    replies.push_back(response_to(&p));
+                }
+            }
+        })
+        .map_err(port_err(*index))?;
+        let mut queued = 0;
+        while let Some(r) = self.replies.front() {
+            if !self
+                .port
+                .send(r, self.dst, self.pattern)
+                .map_err(port_err(self.index))?
+            {
+                break;
+            }
+            self.replies.pop_front();
+            self.shared.answered.fetch_add(1, Ordering::Release);
+            queued += 1;
+        }
+        Ok(queued)
+    }
+
+    /// Sleep for `timeout` or until a request's receive interrupt.
+    fn sleep(&mut self, timeout: Duration) -> Result<()> {
+        let i = self.index;
+        if self.port.rx_enable_cb().map_err(port_err(i))? {
+            os::wait_readable(&[self.port.rx_call_fd()], timeout).map_err(super::RunError::Wait)?;
+            self.port.take_calls();
+        }
+        self.port.rx_disable_cb().map_err(port_err(i))
+    }
+}
+
+struct Wire<'a> {
+    far: FarEnd<'a>,
+    /// Answer requests too (the mix on two ports).
+    answer: bool,
+}
+
 impl Wire<'_> {
     fn run(&mut self, flow: &mut BulkFlow) -> Result<()> {
-        self.port.rx_disable_cb().map_err(port_err(0))?;
-        self.port.tx_disable_cb().map_err(port_err(0))?;
+        let far = &mut self.far;
+        far.port.rx_disable_cb().map_err(port_err(WIRE_PORT))?;
+        far.port.tx_disable_cb().map_err(port_err(WIRE_PORT))?;
         let start = Instant::now();
         let tick = u64::try_from(WIRE_TICK.as_nanos()).unwrap_or(u64::MAX);
         let quit = |s: &WireShared| s.quit.load(Ordering::Acquire);
-        while !quit(self.shared) {
+        while !quit(self.far.shared) {
             let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            if self.port.tx_in_flight() > 0 {
-                self.port.reclaim_tx().map_err(port_err(0))?;
-            }
-            let mut queued = self.answer_requests()?;
-            let streaming = !self.shared.stop.load(Ordering::Acquire);
+            self.far.reclaim()?;
+            let mut queued = if self.answer {
+                self.far.answer_requests()?
+            } else {
+                0
+            };
+            let streaming = !self.far.shared.stop.load(Ordering::Acquire);
             if streaming {
-                let due = flow.due(now, self.port.tx_free() as u64);
-                for _ in 0..due {
-                    let probe = flow.next_probe(now);
-                    self.port
-                        .send(&probe, self.dst, self.pattern)
-                        .map_err(port_err(0))?;
-                }
-                queued += due;
-                self.shared.sent.store(flow.sent, Ordering::Release);
-                self.shared.slips.store(flow.pace_slips, Ordering::Relaxed);
-            } else if !self.shared.done.swap(true, Ordering::AcqRel) {
-                self.shared.sent.store(flow.sent, Ordering::Release);
+                queued += self.send_due(flow, now)?;
+            } else if !self.far.shared.done.swap(true, Ordering::AcqRel) {
+                self.far.shared.sent.store(flow.sent, Ordering::Release);
             }
             if queued > 0 {
-                self.port.flush().map_err(port_err(0))?;
+                self.far.port.flush().map_err(port_err(WIRE_PORT))?;
             }
             if !self.answer && !streaming {
                 // Nothing left to do but wait for `quit`.
@@ -134,52 +254,27 @@ impl Wire<'_> {
         Ok(())
     }
 
-    /// Receive what reached the wire's port and answer every request; returns frames queued.
-    fn answer_requests(&mut self) -> Result<u64> {
-        if !self.answer {
-            return Ok(0);
+    /// Queue the stream's frames due at `now`; returns how many.
+    fn send_due(&mut self, flow: &mut BulkFlow, now: u64) -> Result<u64> {
+        let far = &mut self.far;
+        let due = flow.due(now, far.port.tx_free() as u64);
+        for _ in 0..due {
+            let probe = flow.next_probe(now);
+            far.port
+                .send(&probe, far.dst, far.pattern)
+                .map_err(port_err(WIRE_PORT))?;
         }
-        let Self {
-            port,
-            pattern,
-            replies,
-            scratch,
-            ..
-        } = self;
-        port.receive(64, scratch, &mut |f| {
-            if let Ok(p) = frame::parse(f, pattern, false) {
-                if p.kind == Kind::Request {
-                    replies.push_back(response_to(&p));
-                }
-            }
-        })
-        .map_err(port_err(0))?;
-        let mut queued = 0;
-        while let Some(r) = self.replies.front() {
-            if !self
-                .port
-                .send(r, self.dst, self.pattern)
-                .map_err(port_err(0))?
-            {
-                break;
-            }
-            self.replies.pop_front();
-            self.shared.answered.fetch_add(1, Ordering::Relaxed);
-            queued += 1;
-        }
-        Ok(queued)
+        far.shared.sent.store(flow.sent, Ordering::Release);
+        far.shared.slips.store(flow.pace_slips, Ordering::Relaxed);
+        Ok(due)
     }
 
     /// Sleep for `timeout`; when answering, wake early for a request (receive interrupt).
     fn sleep(&mut self, timeout: Duration) -> Result<()> {
-        if !self.answer {
-            os::wait_readable(&[], timeout).map_err(super::RunError::Wait)?;
-            return Ok(());
+        if self.answer {
+            return self.far.sleep(timeout);
         }
-        if self.port.rx_enable_cb().map_err(port_err(0))? {
-            os::wait_readable(&[self.port.rx_call_fd()], timeout).map_err(super::RunError::Wait)?;
-            self.port.take_calls();
-        }
-        self.port.rx_disable_cb().map_err(port_err(0))
+        os::wait_readable(&[], timeout).map_err(super::RunError::Wait)?;
+        Ok(())
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::netload_peers::{self, parse_peer, print_ratio, Peer, Target, VmirqPeer};
 use anyhow::Context;
 use vmirq_net::queues::Policies;
-use vmirq_netload::bench::{bench, run_config, BenchConfig, BenchResult};
+use vmirq_netload::bench::{bench, check_testpmd_ports, run_config, BenchConfig, BenchResult};
 use vmirq_netload::frame::Encap;
 use vmirq_netload::peer::loopback_reference;
 use vmirq_netload::port::PortConfig;
@@ -21,12 +21,14 @@ use vmirq_policy::spec::{ModerationSpec, WaitSpec};
 /// Arguments of `vmirq netload`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// vhost-user-net socket of a client port (repeat: 2 ports, or 4 for `mix` on separate
-    /// queues). Without any, testpmd's vhost PMD is started as the peer.
+    /// vhost-user-net socket of a client port (repeat: 2 ports, 3 or 4 for `mix`: see
+    /// --ports). Without any, testpmd's vhost PMD is started as the peer.
     #[arg(long = "socket", value_name = "PATH")]
     sockets: Vec<PathBuf>,
-    /// Ports of the testpmd peer when no --socket is given: 2, or 4 for `mix` with the
-    /// messages on their own queues (ports 2 <-> 3).
+    /// Ports of the peer when no --socket is given: 2, or for `mix` 4 (the messages on their
+    /// own queues, ports 2 <-> 3) or 3 (the bulk from port 0 and the responses from port 2
+    /// into the client's one receive queue on port 1; needs `--sender wire` and a switch
+    /// that learns addresses: `--peer vmirq`, which then runs with `--switch learn`).
     #[arg(long, default_value_t = 2)]
     ports: usize,
     /// Workload: stream[:LEN][@PPS], rr[:LEN][xDEPTH], mix[:LEN][@PPS][+MSGLEN][/US].
@@ -69,12 +71,17 @@ pub struct Args {
     /// Who sends the bulk stream: `client` (the client thread, which also receives it) or
     /// `wire` (a thread of its own pinned to --wire-cpu, like another host sending to the
     /// guest: the client thread then only receives, and sleeps on its interrupts alone).
-    /// `wire` needs `stream` or `mix` on 4 ports.
+    /// `wire` needs `stream` or `mix`; on 2 ports the wire also answers the mix's
+    /// requests, on 3 a responder thread on port 2 does.
     #[arg(long, default_value = "client", value_parser = parse_sender)]
     sender: Sender,
     /// CPU of the wire sender's thread.
     #[arg(long, default_value_t = 1)]
     wire_cpu: usize,
+    /// CPU of the responder's thread in the 3-port mix (default: --wire-cpu, the other
+    /// hosts' CPU, leaving the client's to the client).
+    #[arg(long)]
+    responder_cpu: Option<usize>,
     /// Check headers and trailers only, not every payload byte.
     #[arg(long)]
     no_verify: bool,
@@ -213,12 +220,28 @@ const RATIOS: [(&str, Getter); 6] = [
     ("RTT p50", |r| r.rr.map(|t| t.rtt.p50_ns as f64)),
 ];
 
+/// Refuse, before any peer starts, a workload its ports and sender cannot carry, and
+/// testpmd as the peer of an odd number of ports (it forwards fixed pairs).
+fn check_layout(args: &Args) -> anyhow::Result<()> {
+    let what = || format!("workload {}", args.workload);
+    args.workload.check_encap(args.frames).with_context(what)?;
+    let ports = if args.sockets.is_empty() {
+        args.ports
+    } else {
+        args.sockets.len()
+    };
+    args.workload
+        .check_ports(ports, args.sender == Sender::Wire)
+        .with_context(what)?;
+    if args.sockets.is_empty() && args.peers.contains(&Peer::Testpmd) {
+        check_testpmd_ports(ports).context("--peer testpmd")?;
+    }
+    Ok(())
+}
+
 /// Run `vmirq netload`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Before any peer starts.
-    args.workload
-        .check_encap(args.frames)
-        .with_context(|| format!("workload {}", args.workload))?;
+    check_layout(&args)?;
     let mut run = run_config(Duration::from_secs_f64(args.seconds));
     run.warmup = Duration::from_secs_f64(args.warmup);
     run.bulk_window = args.window;
@@ -227,6 +250,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     run.frames = args.frames;
     run.cpu = Some(args.cpu);
     run.wire_sender = (args.sender == Sender::Wire).then_some(Some(args.wire_cpu));
+    run.responder_cpu = Some(args.responder_cpu.unwrap_or(args.wire_cpu));
     let cfg = BenchConfig {
         sockets: args.sockets,
         testpmd_ports: args.ports,

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use vmirq_net::queues::Policies;
 use vmirq_net::server::{Server, ServerConfig, ServerHandle};
+use vmirq_net::switch::SwitchMode;
 use vmirq_netload::bench::Spread;
 use vmirq_netload::peer::{loopback_client, loopback_reference};
 use vmirq_policy::spec::ModerationSpec;
@@ -98,13 +99,14 @@ pub struct VmirqPeer {
 }
 
 impl VmirqPeer {
-    /// Start a switch of `ports` ports with sockets in `dir`.
+    /// Start a switch of `ports` ports with sockets in `dir` ([`switch_for`] its mode).
     pub fn start(dir: &Path, ports: usize, policies: Policies) -> anyhow::Result<Self> {
         let sockets: Vec<PathBuf> = (0..ports)
             .map(|i| dir.join(format!("vmirq-net-{i}.sock")))
             .collect();
         let mut cfg = ServerConfig::new(sockets.clone());
         cfg.policies = policies;
+        cfg.switch = switch_for(ports);
         let server = Server::new(cfg).context("starting vmirq serve-net")?;
         let handle = server.handle();
         let thread = std::thread::Builder::new()
@@ -119,10 +121,17 @@ impl VmirqPeer {
 
     /// `serve-net` as a command line would say it.
     pub fn describe(&self, policies: &Policies) -> String {
-        format!(
+        let mut s = format!(
             "vmirq serve-net (in process) --moderation {} --poll {} --datapath {}",
             policies.moderation, policies.poll, policies.datapath
-        )
+        );
+        if policies.rx_low_water != vmirq_net::rx::LowWater::Off {
+            s.push_str(&format!(" --rx-low-water {}", policies.rx_low_water));
+        }
+        if switch_for(self.sockets.len()) == SwitchMode::Learn {
+            s.push_str(" --switch learn");
+        }
+        s
     }
 
     /// Stop and join (bounded); returns the per-port counter summary.
@@ -170,6 +179,18 @@ impl VmirqPeer {
                 .context("serve-net")?;
         }
         Ok(summary)
+    }
+}
+
+/// How the in-process switch connects `ports` ports: fixed pairs (p <-> p ^ 1, testpmd's
+/// `io` forwarding) for an even number; MAC learning for an odd one, where a pair would
+/// leave a port without a partner (the 3-port mix routes 0 -> 1, 1 -> 2 and 2 -> 1). netload
+/// learns every address with its path probes before a run (`await_paths`).
+pub fn switch_for(ports: usize) -> SwitchMode {
+    if ports % 2 == 0 {
+        SwitchMode::Pairs
+    } else {
+        SwitchMode::Learn
     }
 }
 
