@@ -77,6 +77,9 @@ counters! {
     rx_parked,
     /// Frames published ahead of parked ones (short messages of other flows).
     rx_overtakes,
+    /// Times a large frame waited for room because the receive buffers left were the
+    /// reserve `dim-lat:overtake=on` keeps for short messages.
+    rx_reserved,
     /// Held receive notifications sent early: the driver's available buffers fell to the
     /// low-water mark (`--rx-low-water`, `rx::LowWater`).
     rx_low_water,

@@ -37,8 +37,8 @@ use crate::flow::rx_pair;
 use crate::pmd::Pmd;
 use crate::queues::{RxCtl, TxCtl, WindowRing};
 use crate::rx::{
-    arm_refill_kick, deliver, deliver_unpublished, publish_pending, quiet_refill_kicks, RxOutcome,
-    RxScratch,
+    arm_refill_kick, buffers_left, deliver, deliver_unpublished, publish_pending,
+    quiet_refill_kicks, RxOutcome, RxScratch,
 };
 use crate::switch::{Route, Switch};
 use crate::tap::Tap;
@@ -660,11 +660,13 @@ impl Fabric {
         }
         let mrg = a.mrg_rxbuf();
         let parking = a.parking();
-        let out = if parking {
+        // Parking needs the frame's class before it goes in (`dim-lat` classifies anyway).
+        let early = parking.then(|| classify(frame).completion_meta());
+        let out = match early {
+            Some(meta) if self.leaves_reserve(dst, pair, &rx, &mem, &meta) => RxOutcome::NoRoom,
             // Published below, or parked, once the policy has seen the frame.
-            deliver_unpublished(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch)
-        } else {
-            deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch)
+            Some(_) => deliver_unpublished(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch),
+            None => deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch),
         };
         let out = match out {
             RxOutcome::Delivered(n) => {
@@ -676,7 +678,9 @@ impl Fabric {
                 // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
                 // burst heuristics decide on; the other policies use only the bytes, so
                 // only `dim-lat` pays for parsing the headers.
-                let meta = if ctl.classify {
+                let meta = if let Some(meta) = early {
+                    meta
+                } else if ctl.classify {
                     classify(frame).completion_meta()
                 } else {
                     CompletionMeta::new(
@@ -738,6 +742,29 @@ impl Fabric {
             }
         }
         Some(out)
+    }
+
+    /// Whether a frame of class `meta` must wait because it would take one of the receive
+    /// buffers the policy keeps for short messages (`dim-lat:overtake=on`'s `reserve`):
+    /// counted in `rx_reserved`. A ring that cannot be read counts as having room (the
+    /// delivery then finds out).
+    fn leaves_reserve(
+        &self,
+        dst: usize,
+        pair: &Pair,
+        rx: &VringState<GuestMem>,
+        mem: &GuestMemoryMmap,
+        meta: &CompletionMeta,
+    ) -> bool {
+        let reserve = lock(&pair.rx_ctl).notifier.policy().rx_reserve(meta);
+        if reserve == 0 {
+            return false;
+        }
+        let short = buffers_left(rx.get_queue(), mem).is_ok_and(|left| left <= reserve);
+        if short {
+            PortCounters::add(&self.slots[dst].counters.rx_reserved, 1);
+        }
+        short
     }
 
     /// A frame just written into port `dst`'s receive queue with its used entries left in

@@ -6,8 +6,10 @@
 //! epoll, so DIM's hold timer fires only when the test delivers it): the order of the used
 //! entries and the frames in the buffers they name; a small frame of the bulk's own flow
 //! staying behind it; nothing parked without `overtake=on` or when the driver negotiated
-//! VIRTIO_F_IN_ORDER; and every way parked entries must leave: the hold timer, a full
-//! ring (the driver must see its buffers to refill), the frontend stopping the ring.
+//! VIRTIO_F_IN_ORDER; every way parked entries must leave: the hold timer, a full ring (the
+//! driver must see its buffers to refill), the frontend stopping the ring; and the receive
+//! buffers kept for short messages (`reserve`), which let a message from another port in
+//! while the bulk waits for the refill.
 
 mod common;
 
@@ -213,7 +215,8 @@ fn the_hold_timer_publishes_the_parked_frames() {
 
 #[test]
 fn a_full_ring_publishes_the_parked_frames_so_the_driver_can_refill() {
-    let mut c = case("dim-lat:overtake=on", 0, 4);
+    // No reserve for short messages: the bulk may fill the ring.
+    let mut c = case("dim-lat:overtake=on,reserve=0", 0, 4);
     let stream = bulk(1..6);
     c.send(&stream);
     // Four parked, the fifth found no room: the four go out (and are signalled) at once.
@@ -239,6 +242,64 @@ fn stopping_the_ring_publishes_the_parked_frames_first() {
     // GET_VRING_BASE of the receive queue (vring 0): every buffer taken comes back.
     c.rig.fabric.on_ring_stop(0, 0);
     assert_eq!(c.received(&stream), [1, 2, 3, 4]);
+}
+
+/// Port 0 holds `rx_buffers` buffers; ports 1 and 2 both send to it (a learning switch:
+/// port 0 has sent one frame, so its address is known; 8 buffers each on 1 and 2).
+fn learning_case(moderation: &str, rx_buffers: usize) -> Case {
+    use vmirq_net::switch::SwitchMode;
+    let policies = Policies {
+        moderation: moderation.parse().expect("spec"),
+        ..Policies::default()
+    };
+    let mut rig = Rig::with_switch(&policies, 3, 0, SwitchMode::Learn);
+    post_rx(&mut rig.ports[1].rx, 8);
+    post_rx(&mut rig.ports[2].rx, 8);
+    // Port 0 announces 02:00:00:00:00:01 (flooded to 1 and 2).
+    let mut hello = udp(MSG_LEN, MSG_PORT, 0);
+    hello[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    offer(&mut rig.ports[0].tx, &[hello]);
+    rig.fabric.service_tx(0);
+    let bufs = post(&mut rig.ports[0].rx, rx_buffers);
+    Case { rig, bufs }
+}
+
+#[test]
+fn a_short_message_finds_a_reserved_buffer_when_the_bulk_has_filled_the_rest() {
+    // 12 buffers, 8 of them kept for short messages: the bulk gets 4.
+    let mut c = learning_case("dim-lat:overtake=on", 12);
+    let stream = bulk(1..7);
+    offer(&mut c.rig.ports[1].tx, &stream);
+    c.rig.fabric.service_tx(1);
+    // The fifth bulk frame would take a reserved buffer: it waits (and the parked four go
+    // out, so that the driver sees what to refill).
+    assert_eq!(c.received(&stream), [1, 2, 3, 4]);
+    let p = c.port0();
+    assert!(p.rx_reserved >= 1, "{p:?}");
+    assert_eq!(
+        c.rig
+            .fabric
+            .slot(1)
+            .expect("port")
+            .counters
+            .snapshot()
+            .tx_backpressure,
+        1
+    );
+    // A message from port 2 is not held up by the waiting bulk.
+    let msg = vec![udp(MSG_LEN, MSG_PORT, 9)];
+    offer(&mut c.rig.ports[2].tx, &msg);
+    c.rig.fabric.service_tx(2);
+    assert_eq!(c.received(&msg), [9], "the message used a reserved buffer");
+    // Without the reserve the message would find no buffer at all.
+    let mut none = learning_case("dim-lat:overtake=on,reserve=0", 4);
+    offer(&mut none.rig.ports[1].tx, &stream);
+    none.rig.fabric.service_tx(1);
+    assert_eq!(none.received(&stream), [1, 2, 3, 4]);
+    offer(&mut none.rig.ports[2].tx, &msg);
+    none.rig.fabric.service_tx(2);
+    assert_eq!(none.received(&msg), [], "no room for the message");
+    assert_eq!(none.port0().rx_reserved, 0);
 }
 
 #[test]

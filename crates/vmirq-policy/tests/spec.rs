@@ -37,6 +37,8 @@ fn every_moderation_policy_parses_and_round_trips() {
         "dim-lat:wait=on",
         "dim-lat:overtake=on",
         "dim-lat:wait=on,overtake=on",
+        "dim-lat:overtake=on,reserve=0",
+        "dim-lat:overtake=on,reserve=32",
         "spdk",
         "spdk:delay_base_us=40,iops_threshold=100000",
         "budget",
@@ -124,6 +126,8 @@ fn errors_name_the_bad_part_and_the_allowed_ones() {
     assert!(e.contains("percentage"), "{e}");
     let e = m("dim-lat:variant=rdma").unwrap_err().to_string();
     assert!(e.contains("no parameter"), "{e}");
+    let e = m("dim-lat:reserve=40000").unwrap_err().to_string();
+    assert!(e.contains("0 to 32768"), "{e}");
     let e = m("dim-lat:overtake=yes").unwrap_err().to_string();
     assert!(e.contains("overtake=yes") && e.contains("on or off"), "{e}");
     let e = w("kvm:max_ns=-1").unwrap_err().to_string();

@@ -177,6 +177,11 @@ impl Rig {
 
     /// [`Rig::with_ports`] with drivers that negotiated the virtio `features`.
     pub fn with_features(policies: &Policies, n: usize, features: u64) -> Self {
+        Self::with_switch(policies, n, features, SwitchMode::Pairs)
+    }
+
+    /// [`Rig::with_features`] with the switch in `mode`.
+    pub fn with_switch(policies: &Policies, n: usize, features: u64, mode: SwitchMode) -> Self {
         let mem = GuestMemoryMmap::from_ranges(&[(
             GuestAddress(0),
             usize::try_from(REGION0_LEN).expect("64-bit"),
@@ -193,7 +198,7 @@ impl Rig {
                 tx: queue_in(&mem, &atomic, 2 * p + 1, QSIZE, 64 << 10, slice),
             })
             .collect();
-        let fabric = Fabric::new(Switch::new(SwitchMode::Pairs, n));
+        let fabric = Fabric::new(Switch::new(mode, n));
         for (p, port) in ports.iter().enumerate() {
             attach_with(&fabric, p, port, &atomic, policies, features);
         }

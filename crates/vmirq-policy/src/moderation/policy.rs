@@ -78,6 +78,17 @@ impl Moderation {
         }
     }
 
+    /// Receive buffers the device must leave free when it writes the completion `meta`
+    /// (`dim-lat:overtake=on`'s reserve for short messages,
+    /// [`super::dim::BurstFilter::reserve_for`]); 0 for every other policy.
+    #[must_use]
+    pub fn rx_reserve(&self, meta: &super::CompletionMeta) -> u16 {
+        match self {
+            Self::Dim(d) => d.config().burst.map_or(0, |f| f.reserve_for(meta)),
+            _ => 0,
+        }
+    }
+
     /// Whether the policy may ever ask the device to keep completions out of the used ring
     /// ([`Self::parks`]).
     #[must_use]

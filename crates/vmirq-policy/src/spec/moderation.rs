@@ -31,7 +31,7 @@ pub enum ModerationSpec {
     /// `dim-loop:period_ms=P,mode=eqe|cqe,dir=rx|tx`: net_dim as a hypervisor-side control
     /// loop reading the queue's counters every `period_ms` and programming `count`.
     DimLoop(DimLoopConfig),
-    /// `dim-lat:mode=eqe|cqe,dir=rx|tx,ack_pct=A,small_bytes=B,short_pkts=N,gap_us=G,wait=on|off,overtake=on|off`:
+    /// `dim-lat:mode=eqe|cqe,dir=rx|tx,ack_pct=A,small_bytes=B,short_pkts=N,gap_us=G,wait=on|off,overtake=on|off,reserve=N`:
     /// net_dim with the latency-adaptive packet-burst heuristics (its `burst` is set).
     DimLat(DimConfig),
     /// `spdk:delay_base_us=D,iops_threshold=T`.
@@ -218,6 +218,10 @@ fn parse_dim_lat(mut p: Params<'_>) -> Result<DimConfig, SpecError> {
             "short_pkts" => f.short_pkts = v.u32(0, 65_535, "a count, 0 to 65535")?,
             "wait" => f.response_wait = v.choice(&["off", "on"], "on or off")? == 1,
             "overtake" => f.overtake = v.choice(&["off", "on"], "on or off")? == 1,
+            "reserve" => {
+                f.reserve =
+                    u16::try_from(v.u32(0, 32_768, "buffers, 0 to 32768")?).unwrap_or(u16::MAX);
+            }
             _ => f.gap_us = v.u32(0, USECS_MAX, "microseconds, 0 to 1000000")?,
         }
     }
@@ -287,6 +291,7 @@ impl FromStr for ModerationSpec {
                     "gap_us",
                     "wait",
                     "overtake",
+                    "reserve",
                 ],
                 params,
             ))?),
@@ -443,6 +448,7 @@ impl fmt::Display for ModerationSpec {
                 param!(f, s, b.gap_us, d.gap_us, "gap_us");
                 write_switch(f, &mut s, "wait", b.response_wait, d.response_wait)?;
                 write_switch(f, &mut s, "overtake", b.overtake, d.overtake)?;
+                param!(f, s, b.reserve, d.reserve, "reserve");
             }
             Self::Spdk(c) => {
                 let d = SpdkConfig::default();

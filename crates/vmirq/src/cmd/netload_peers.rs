@@ -147,7 +147,7 @@ impl VmirqPeer {
         for (p, c) in self.handle.counters().iter().enumerate() {
             summary.push_str(&format!(
                 "port {p}: tx_frames={} rx_frames={} dropped={} tx_yields={} tx_backpressure={} \
-                 rx_parked={} rx_overtakes={} rx_low_water={}",
+                 rx_parked={} rx_overtakes={} rx_reserved={} rx_low_water={}",
                 c.tx_frames,
                 c.rx_frames,
                 c.dropped(),
@@ -155,6 +155,7 @@ impl VmirqPeer {
                 c.tx_backpressure,
                 c.rx_parked,
                 c.rx_overtakes,
+                c.rx_reserved,
                 c.rx_low_water
             ));
             if let Some((rx, tx)) = self.handle.queue_counters(p) {

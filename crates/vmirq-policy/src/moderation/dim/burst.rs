@@ -53,6 +53,14 @@
 //! parked bulk and the driver reads it first. Which packets share a flow, and the virtio
 //! rule that forbids it (VIRTIO_F_IN_ORDER), are the device's to check: the policy only
 //! classifies. Without overtaking, holding a notification never delays a published entry.
+//!
+//! A message can only overtake if it finds a buffer: a held bulk stream fills the ring before
+//! its driver is told, and the message then waits for the refill with the bulk. So with
+//! `overtake=on` the large class also leaves the last `reserve` receive buffers (default 8)
+//! to the small class ([`BurstFilter::reserve_for`]): a bulk packet that would take one of
+//! them waits for the refill (the device's backpressure), a short message does not. 8 is a
+//! choice, not a published number: a few short messages in flight (netperf TCP_RR keeps
+//! one per connection) at a cost of 8 buffers of the bulk's ring.
 
 use crate::moderation::CompletionMeta;
 use crate::{Nanos, NS_PER_US};
@@ -116,6 +124,9 @@ pub struct BurstFilter {
     /// Whether the device may publish a short message ahead of the held bulk packets of
     /// other flows (`overtake=on`, see the module documentation).
     pub overtake: bool,
+    /// With `overtake=on`: receive buffers a large-class packet leaves to the small class
+    /// (`reserve=N`, see the module documentation).
+    pub reserve: u16,
 }
 
 impl Default for BurstFilter {
@@ -127,6 +138,7 @@ impl Default for BurstFilter {
             gap_us: 15,
             response_wait: false,
             overtake: false,
+            reserve: 8,
         }
     }
 }
@@ -144,6 +156,17 @@ impl BurstFilter {
     #[must_use]
     pub fn parks(&self, meta: &CompletionMeta) -> bool {
         self.overtake && !self.is_small(meta)
+    }
+
+    /// Receive buffers the device must leave free when it writes a completion with `meta`:
+    /// [`Self::reserve`] for the large class with `overtake=on`, 0 otherwise.
+    #[must_use]
+    pub fn reserve_for(&self, meta: &CompletionMeta) -> u16 {
+        if self.parks(meta) {
+            self.reserve
+        } else {
+            0
+        }
     }
 
     /// Whether a burst with these counts should bypass moderation.
@@ -395,6 +418,17 @@ mod tests {
         assert!(!on.parks(&big_ack), "ACK-only is the small class");
         let off = BurstFilter::default();
         assert!(!off.parks(&pkt(1_514)), "overtake is off by default");
+        assert_eq!(on.reserve_for(&pkt(1_514)), 8);
+        assert_eq!(
+            on.reserve_for(&pkt(64)),
+            0,
+            "the small class uses the reserve"
+        );
+        assert_eq!(
+            off.reserve_for(&pkt(1_514)),
+            0,
+            "no reserve without overtaking"
+        );
     }
 
     #[test]
