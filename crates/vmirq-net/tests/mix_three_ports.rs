@@ -13,49 +13,37 @@
 
 mod common;
 
-use std::time::Duration;
+use common::slow_mix::{connect, udp_mix};
+
 use vmirq_net::counters::PortSnapshot;
 use vmirq_net::switch::SwitchMode;
-use vmirq_netload::frame::{self, Encap, Pattern};
-use vmirq_netload::port::{NetPort, PortConfig};
-use vmirq_netload::run::{await_paths, run, Mode, Napi, Report, RunConfig, RunError};
-use vmirq_netload::workload::{Workload, WorkloadError};
+use vmirq_netload::port::NetPort;
+use vmirq_netload::run::{await_paths, run, Napi, Report, RunConfig, RunError};
+use vmirq_netload::workload::WorkloadError;
 
-fn connect(path: &std::path::Path, i: usize) -> NetPort {
-    let cfg = PortConfig {
-        rx_queue_size: 512,
-        tx_queue_size: 256,
-        tx_frame_max: 1514,
-        ..PortConfig::default()
-    };
-    NetPort::connect(path, cfg, frame::port_mac(i), &Pattern::new())
-        .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"))
-}
-
-/// The mix in `udp` frames from the wire, slow enough for a debug build on a loaded machine:
-/// a paced 1514-byte stream and a 96-byte message every 200 us.
+/// [`common::slow_mix::udp_mix`] from the wire, read by per-queue NAPI.
 fn three_port_mix() -> RunConfig {
-    let mix = Workload::Mix {
-        bulk_len: 1514,
-        bulk_rate_pps: Some(5_000),
-        msg_len: 96,
-        msg_interval_us: 200,
-    };
-    let mut cfg = RunConfig::new(mix, Mode::Interrupt);
-    cfg.warmup = Duration::from_millis(100);
-    cfg.measure = Duration::from_millis(500);
-    cfg.drain_max = Duration::from_secs(2);
-    cfg.frames = Encap::Udp;
+    let mut cfg = udp_mix();
     cfg.napi = Napi::Queue;
     cfg.wire_sender = Some(None);
     cfg
 }
 
-/// serve-net's counters of every port now.
+/// serve-net's counters of every port once they stopped moving: a frame in flight has its
+/// receive side counted before its transmit side (the delivery comes first), so a snapshot
+/// taken while one moves may count it once. Two snapshots 20 ms apart must agree (bounded).
 fn switch_counters(server: &common::Running) -> Vec<PortSnapshot> {
-    let c = server.handle.counters();
-    assert_eq!(c.len(), 3);
-    c
+    let start = std::time::Instant::now();
+    let mut last = server.handle.counters();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = server.handle.counters();
+        if now == last || start.elapsed() > std::time::Duration::from_secs(2) {
+            assert_eq!(now.len(), 3);
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// Frames each port's driver sent (`tx`) and serve-net delivered to it (`rx`) between two
@@ -138,7 +126,15 @@ fn three_ports_under(moderation: &str) {
     // Learn every address first, so the run's own probes show no flood either.
     let hellos = await_paths(&mut ports).expect("paths 1 -> 2, 2 -> 1, 0 -> 1");
     assert!(hellos.received >= 3, "{hellos:?}");
-    let (before, read_before) = (switch_counters(&server), read_counts(&ports));
+    // Path probes still in flight (one a millisecond until the first arrives) would be read
+    // by the run's own path check: let the switch settle, then read them here.
+    let before = switch_counters(&server);
+    let mut scratch = Vec::new();
+    for p in &mut ports {
+        p.receive(usize::MAX, &mut scratch, &mut |_| {})
+            .expect("stale probes read");
+    }
+    let read_before = read_counts(&ports);
     let r = run(&mut ports, &three_port_mix()).expect("mix runs");
     let after = switch_counters(&server);
     let read = read_counts(&ports);

@@ -6,13 +6,14 @@
 
 mod common;
 
-use std::time::Duration;
+use common::slow_mix::{connect, udp_mix};
+
 use vmirq_net::classify::{classify, Network, Transport};
 use vmirq_net::flow::flow_hash;
 use vmirq_netload::frame::{self, Encap, Pattern, Probe};
-use vmirq_netload::port::{NetPort, PortConfig};
+use vmirq_netload::port::NetPort;
 use vmirq_netload::run::flows::{response_to, BulkFlow, RrFlow};
-use vmirq_netload::run::{run, Mode, Report, RunConfig, RunError, BULK_FLOW, HELLO_FLOW, RR_FLOW};
+use vmirq_netload::run::{run, Report, RunError, BULK_FLOW, HELLO_FLOW, RR_FLOW};
 use vmirq_netload::workload::{Workload, WorkloadError};
 
 /// Netload's frames of one run between ports 0 and 1: a path probe, a bulk frame, a request
@@ -116,34 +117,6 @@ fn classify_sees_udp_frames_as_udp_of_their_length() {
         (info.network, info.transport),
         (Network::Other, Transport::Other)
     );
-}
-
-fn connect(path: &std::path::Path, i: usize) -> NetPort {
-    let cfg = PortConfig {
-        rx_queue_size: 512,
-        tx_queue_size: 256,
-        tx_frame_max: 1514,
-        ..PortConfig::default()
-    };
-    NetPort::connect(path, cfg, frame::port_mac(i), &Pattern::new())
-        .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"))
-}
-
-/// A mix in `udp` frames, slow enough for a debug build on a loaded machine: a paced
-/// 1514-byte stream and a 96-byte message every 200 us.
-fn udp_mix() -> RunConfig {
-    let mix = Workload::Mix {
-        bulk_len: 1514,
-        bulk_rate_pps: Some(5_000),
-        msg_len: 96,
-        msg_interval_us: 200,
-    };
-    let mut cfg = RunConfig::new(mix, Mode::Interrupt);
-    cfg.warmup = Duration::from_millis(100);
-    cfg.measure = Duration::from_millis(500);
-    cfg.drain_max = Duration::from_secs(2);
-    cfg.frames = Encap::Udp;
-    cfg
 }
 
 /// The run was clean and everything the client received was a valid `udp` probe.

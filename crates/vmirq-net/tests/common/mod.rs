@@ -5,6 +5,7 @@
 
 pub mod mock_fabric;
 pub mod raw;
+pub mod slow_mix;
 
 use std::path::PathBuf;
 use std::thread::JoinHandle;
