@@ -214,6 +214,31 @@ fn the_hold_timer_publishes_the_parked_frames() {
 }
 
 #[test]
+fn a_replaced_policy_leaves_nothing_parked() {
+    let mut c = case("dim-lat:overtake=on", 0, 16);
+    let stream = bulk(1..5);
+    c.send(&stream);
+    assert_eq!(c.received(&stream), []);
+    // The guest's NOTF_COAL RX_SET replaces the policy (as ctrl::coal does): the new one
+    // holds nothing and parks nothing; the old hold's timer still fires, and the parked
+    // frames go out then.
+    let count = "count:usecs=100,frames=64".parse::<vmirq_policy::spec::ModerationSpec>();
+    c.rig.rx_ctls[0]
+        .lock()
+        .expect("rx ctl")
+        .notifier
+        .set_policy(count.expect("spec").build());
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    c.rig.fabric.on_rx_timer(0, 0);
+    assert_eq!(c.received(&stream), [1, 2, 3, 4]);
+    // From now on frames are published as they arrive (the count policy parks nothing).
+    let more = bulk(5..7);
+    c.send(&more);
+    assert_eq!(c.received(&more), [5, 6]);
+    assert_eq!(c.port0().rx_parked, 4);
+}
+
+#[test]
 fn a_full_ring_publishes_the_parked_frames_so_the_driver_can_refill() {
     // No reserve for short messages: the bulk may fill the ring.
     let mut c = case("dim-lat:overtake=on,reserve=0", 0, 4);

@@ -80,7 +80,8 @@ pub fn attach(fabric: &Fabric, p: usize, port: &Port, atomic: &GuestMem, policie
     attach_with(fabric, p, port, atomic, policies, 0);
 }
 
-/// [`attach`] with the virtio `features` the driver negotiated.
+/// [`attach`] with the virtio `features` the driver negotiated; returns the receive queue's
+/// moderation state (what the control queue's NOTF_COAL commands change).
 pub fn attach_with(
     fabric: &Fabric,
     p: usize,
@@ -88,19 +89,21 @@ pub fn attach_with(
     atomic: &GuestMem,
     policies: &Policies,
     features: u64,
-) {
+) -> Arc<Mutex<RxCtl>> {
     let slot = fabric.slot(p).expect("port");
+    let rx_ctl = Arc::new(Mutex::new(
+        RxCtl::new(policies, slot.rx_queues[0].clone()).expect("rx ctl"),
+    ));
     let pair = Pair {
         rx: port.rx.vring.clone(),
         tx: port.tx.vring.clone(),
-        rx_ctl: Arc::new(Mutex::new(
-            RxCtl::new(policies, slot.rx_queues[0].clone()).expect("rx ctl"),
-        )),
+        rx_ctl: Arc::clone(&rx_ctl),
         tx_ctl: Arc::new(Mutex::new(
             TxCtl::new(policies, slot.tx_queues[0].clone()).expect("tx ctl"),
         )),
     };
     attach_features(fabric, p, vec![pair], atomic, features);
+    rx_ctl
 }
 
 /// Attach port `p` with `pairs` in use, no control queue, no features negotiated.
@@ -162,6 +165,8 @@ pub fn offer_tx(q: &mut Queue, n: usize, len: usize) {
 pub struct Rig {
     pub fabric: Fabric,
     pub ports: Vec<Port>,
+    /// Each port's receive moderation state.
+    pub rx_ctls: Vec<Arc<Mutex<RxCtl>>>,
 }
 
 impl Rig {
@@ -199,10 +204,16 @@ impl Rig {
             })
             .collect();
         let fabric = Fabric::new(Switch::new(mode, n));
-        for (p, port) in ports.iter().enumerate() {
-            attach_with(&fabric, p, port, &atomic, policies, features);
+        let rx_ctls = ports
+            .iter()
+            .enumerate()
+            .map(|(p, port)| attach_with(&fabric, p, port, &atomic, policies, features))
+            .collect();
+        Self {
+            fabric,
+            ports,
+            rx_ctls,
         }
-        Self { fabric, ports }
     }
 
     /// Port `p`'s receive queue counters.
