@@ -339,22 +339,6 @@ fn put_udp(h: &mut [u8; UDP_HEADER_LEN], p: &Probe, src: Mac, dst: Mac) {
     put_probe(&mut h[PROBE_AT..], p);
 }
 
-/// Encode the Ethernet and probe headers of a `raw` frame.
-#[must_use]
-pub fn header(p: &Probe, src: Mac, dst: Mac) -> [u8; HEADER_LEN] {
-    let mut h = [0u8; HEADER_LEN];
-    put_raw(&mut h, p, src, dst);
-    h
-}
-
-/// Encode the Ethernet, IPv4, UDP and probe headers of a `udp` frame.
-#[must_use]
-pub fn udp_header(p: &Probe, src: Mac, dst: Mac) -> [u8; UDP_HEADER_LEN] {
-    let mut h = [0u8; UDP_HEADER_LEN];
-    put_udp(&mut h, p, src, dst);
-    h
-}
-
 /// Encode the trailer of a frame with sequence number `seq`.
 #[must_use]
 pub fn trailer(seq: u64) -> [u8; TRAILER_LEN] {

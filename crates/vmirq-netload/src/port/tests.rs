@@ -169,15 +169,13 @@ fn hdr(num_buffers: u16) -> [u8; HDR_LEN] {
 
 fn frame_bytes(seq: u64, len: u32) -> Vec<u8> {
     let pattern = Pattern::new();
-    let mut f = pattern.prefix(len as usize).to_vec();
-    f[..frame::HEADER_LEN].copy_from_slice(&frame::header(
+    frame::build(
+        frame::Encap::Raw,
         &probe(seq, len),
         port_mac(1),
         port_mac(0),
-    ));
-    let t = f.len() - frame::TRAILER_LEN;
-    f[t..].copy_from_slice(&frame::trailer(seq));
-    f
+        &pattern,
+    )
 }
 
 fn receive_all(p: &mut NetPort) -> Vec<Vec<u8>> {
