@@ -135,7 +135,8 @@ impl ServerConfig {
         let overtakes = self.policies.moderation.build().overtakes();
         if overtakes && matches!(self.policies.datapath, Datapath::Pmd { .. }) {
             return Err(ServerError::Config(format!(
-                "--moderation {} with --datapath {}: the pmd thread publishes each run of                  received frames at once and cannot park them; use --datapath per-port",
+                "--moderation {} with --datapath {}: the pmd thread publishes each run of \
+                 received frames at once and cannot park them; use --datapath per-port",
                 self.policies.moderation, self.policies.datapath
             )));
         }
