@@ -171,6 +171,7 @@ impl RxCtl {
         if self.low_water == LowWater::Off {
             return Ok(false);
         }
+        // Read even when nothing is held: the edge needs the level of every check.
         let q = state.get_queue();
         let left = buffers_left(q, mem).map_err(QueueError::Queue)?;
         let low = self.low_water.reached(left, q.size());
@@ -285,22 +286,6 @@ pub struct WindowRing<'a> {
     pub window: &'a mut UsedWindow,
     /// A receive queue's parked entries.
     pub parked: Option<&'a mut Parked>,
-}
-
-impl<'a> WindowRing<'a> {
-    /// A receive queue's view (no memory re-read).
-    pub fn rx(
-        state: &'a mut VringState<GuestMem>,
-        window: &'a mut UsedWindow,
-        parked: &'a mut Parked,
-    ) -> Self {
-        Self {
-            state,
-            mem: None,
-            window,
-            parked: Some(parked),
-        }
-    }
 }
 
 impl Ring for WindowRing<'_> {

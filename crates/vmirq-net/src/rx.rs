@@ -172,7 +172,6 @@ pub fn deliver_unpublished(
     s: &mut RxScratch,
 ) -> RxOutcome {
     let mut used = std::mem::take(&mut s.pending);
-    used.clear();
     let table = rx_rings(q, mem);
     let out = stage(
         q,

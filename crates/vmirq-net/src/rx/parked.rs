@@ -35,8 +35,6 @@ pub struct Parked {
     used: UsedBatch,
     /// One bit per flow hash (its value modulo 64) with a parked frame.
     flows: u64,
-    /// Frames parked (a merged frame has several entries).
-    frames: u32,
 }
 
 impl Parked {
@@ -44,12 +42,6 @@ impl Parked {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.used.is_empty()
-    }
-
-    /// Frames waiting.
-    #[must_use]
-    pub fn frames(&self) -> u32 {
-        self.frames
     }
 
     /// Whether a frame of flow `hash` must wait behind the parked frames (its flow has
@@ -62,7 +54,6 @@ impl Parked {
     /// Park the entries of one frame of flow `hash` (taken out of `frame`).
     pub fn park(&mut self, frame: &mut UsedBatch, hash: Option<u64>) {
         self.flows |= hash.map_or(u64::MAX, flow_bit);
-        self.frames = self.frames.saturating_add(1);
         self.used.append(frame);
     }
 
@@ -77,7 +68,6 @@ impl Parked {
         mem: &GuestMemoryMmap,
     ) -> Result<(), vm_memory::GuestMemoryError> {
         self.flows = 0;
-        self.frames = 0;
         self.used.publish(q, mem)
     }
 
@@ -85,7 +75,6 @@ impl Parked {
     /// rings start anew).
     pub fn discard(&mut self) {
         self.flows = 0;
-        self.frames = 0;
         self.used.clear();
     }
 }
