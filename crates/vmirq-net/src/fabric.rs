@@ -660,34 +660,35 @@ impl Fabric {
         }
         let mrg = a.mrg_rxbuf();
         let parking = a.parking();
-        // Parking needs the frame's class before it goes in (`dim-lat` classifies anyway).
-        let early = parking.then(|| classify(frame).completion_meta());
-        let out = match early {
-            Some(meta) if self.leaves_reserve(dst, pair, &rx, &mem, &meta) => RxOutcome::NoRoom,
+        // The moderation lock after the vring's, once for the whole delivery: the data
+        // path's other holders take the vring first, so holding it across the copy delays
+        // only the control path's rare calls (NOTF_COAL, attach, reset).
+        let mut ctl = lock(&pair.rx_ctl);
+        // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s burst
+        // heuristics decide on; the other policies use only the bytes, so only `dim-lat`
+        // pays for parsing the headers.
+        let meta = if ctl.classify {
+            classify(frame).completion_meta()
+        } else {
+            CompletionMeta::new(
+                RequestKind::Read,
+                u32::try_from(frame.len()).unwrap_or(u32::MAX),
+            )
+        };
+        let out = if !parking {
+            deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch)
+        } else if self.leaves_reserve(dst, &ctl, &rx, &mem, &meta) {
+            RxOutcome::NoRoom
+        } else {
             // Published below, or parked, once the policy has seen the frame.
-            Some(_) => deliver_unpublished(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch),
-            None => deliver(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch),
+            deliver_unpublished(rx.get_queue_mut(), &mem, frame, mrg, rx_scratch)
         };
         let out = match out {
             RxOutcome::Delivered(n) => {
                 PortCounters::add(&c.rx_frames, 1);
                 PortCounters::add(&c.rx_bytes, frame.len() as u64);
                 PortCounters::add(&c.rx_buffers, u64::from(n));
-                let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
                 let batch = dests.batch(dst, q, || ctl.notifier.completions());
-                // The frame's classification (bytes, TCP ACK-only) is what `dim-lat`'s
-                // burst heuristics decide on; the other policies use only the bytes, so
-                // only `dim-lat` pays for parsing the headers.
-                let meta = if let Some(meta) = early {
-                    meta
-                } else if ctl.classify {
-                    classify(frame).completion_meta()
-                } else {
-                    CompletionMeta::new(
-                        RequestKind::Read,
-                        u32::try_from(frame.len()).unwrap_or(u32::MAX),
-                    )
-                };
                 let out = if parking {
                     self.park_or_publish(dst, &mut ctl, &mut rx, &mem, frame, meta, rx_scratch, out)
                 } else {
@@ -712,7 +713,6 @@ impl Fabric {
                 // the buffers it must refill.
                 let out = publish_pending(rx.get_queue_mut(), &mem, rx_scratch, out);
                 if out == RxOutcome::NoRoom {
-                    let mut ctl = pair.rx_ctl.lock().unwrap_or_else(PoisonError::into_inner);
                     if let Err(e) = ctl.settle_parked(&mut rx, &mem, true) {
                         tracing::warn!(port = dst, error = %e, "receive notification failed");
                     }
@@ -721,6 +721,7 @@ impl Fabric {
             }
             out => out,
         };
+        drop(ctl);
         match out {
             RxOutcome::Delivered(_) => {}
             RxOutcome::NoRoom => {
@@ -751,12 +752,12 @@ impl Fabric {
     fn leaves_reserve(
         &self,
         dst: usize,
-        pair: &Pair,
+        ctl: &RxCtl,
         rx: &VringState<GuestMem>,
         mem: &GuestMemoryMmap,
         meta: &CompletionMeta,
     ) -> bool {
-        let reserve = lock(&pair.rx_ctl).notifier.policy().rx_reserve(meta);
+        let reserve = ctl.notifier.policy().rx_reserve(meta);
         if reserve == 0 {
             return false;
         }
