@@ -93,28 +93,8 @@ fn netload_refuses_frames_too_short_for_udp() {
 fn netload_sends_udp_frames_through_serve_net() {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("netload.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_vmirq"))
-        .args([
-            "netload",
-            "--peer",
-            "vmirq",
-            "--workload",
-            "mix:1514@5k+96/200",
-            "--frames",
-            "udp",
-            "--mode",
-            "interrupt",
-            "--repeat",
-            "1",
-            "--seconds",
-            "0.3",
-            "--warmup",
-            "0.1",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("vmirq runs");
+    let json_arg = json.to_str().expect("utf-8 path");
+    let out = udp_mix(&["--peer", "vmirq", "--json", json_arg]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -137,11 +117,14 @@ fn netload_sends_udp_frames_through_serve_net() {
 
 /// `vmirq netload` with the arguments of a short 3-port mix and `extra`.
 fn three_port_mix(extra: &[&str]) -> std::process::Output {
+    udp_mix(&[&["--ports", "3"], extra].concat())
+}
+
+/// `vmirq netload` with the arguments of a short mix in udp frames and `extra`.
+fn udp_mix(extra: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_vmirq"))
         .args([
             "netload",
-            "--ports",
-            "3",
             "--workload",
             "mix:1514@5k+96/200",
             "--frames",
