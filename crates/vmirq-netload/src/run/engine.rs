@@ -376,6 +376,17 @@ impl<'a> Engine<'a> {
                             if self.measuring {
                                 let _ = self.rtt.record(rtt.max(1));
                                 self.msgs.response(p.seq, index, ahead, read_ns);
+                                if let Some(w) = self.wire.filter(|_| r.server == REMOTE) {
+                                    // The far end's stamps count from its epoch, before
+                                    // this engine's start.
+                                    let off = since_epoch(self.start, w.stamps.epoch);
+                                    self.msgs.halves.record(
+                                        &w.stamps,
+                                        p.seq,
+                                        p.t_ns + off,
+                                        read_ns + off,
+                                    );
+                                }
                             } else {
                                 self.msgs.unmark(p.seq);
                             }
@@ -661,6 +672,11 @@ fn next_wake(due: [Option<u64>; 2], deadline: u64) -> u64 {
 }
 
 /// Nanoseconds since `start` (the run's clock).
+/// ns from `epoch` to `start` (0 if `start` is earlier).
+fn since_epoch(start: Instant, epoch: Instant) -> u64 {
+    u64::try_from(start.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+}
+
 fn since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }

@@ -12,6 +12,7 @@
 
 mod engine;
 pub mod flows;
+pub mod halves;
 pub mod msgpath;
 mod os;
 mod paths;

@@ -5,8 +5,10 @@
 //! here), how long after the client's last wakeup it reached the response, and how many
 //! frames the client read from all its ports while the message was in flight (from sending
 //! the request to reading the response: the client's time on other queues' frames, which a
-//! one-CPU guest spends before it can answer or read the message).
+//! one-CPU guest spends before it can answer or read the message). When another thread
+//! answers, the round trip's halves too ([`super::halves`]).
 
+use super::halves::Halves;
 use hdrhistogram::{CreationError, Histogram};
 
 /// Counts of the message path (one per client).
@@ -27,6 +29,8 @@ pub struct MsgPath {
     /// Frames read from every port between sending each request and reading its response
     /// (recorded + 1).
     pub in_flight: Histogram<u64>,
+    /// The round trip's halves, when another thread answers.
+    pub halves: Halves,
 }
 
 impl MsgPath {
@@ -43,6 +47,7 @@ impl MsgPath {
             read_total: 0,
             marks: Vec::new(),
             in_flight: Histogram::new_with_bounds(1, 1 << 32, 3)?,
+            halves: Halves::new()?,
         })
     }
 

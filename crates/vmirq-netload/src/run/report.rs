@@ -70,6 +70,11 @@ pub struct Latency {
     pub mean_ns: f64,
 }
 
+/// The percentiles of a half of the round trip, `None` when nothing was split.
+fn halve(h: &Histogram<u64>) -> Option<Latency> {
+    (!h.is_empty()).then(|| Latency::of(h))
+}
+
 impl Latency {
     /// Percentiles of `h`.
     #[must_use]
@@ -148,6 +153,13 @@ pub struct RrReport {
     pub frames_in_flight_p50: Option<u64>,
     /// See `frames_in_flight_p50`.
     pub frames_in_flight_p90: Option<u64>,
+    /// When another thread answers ([`super::halves`]): request sent to read by the far
+    /// end; `None` otherwise.
+    pub out: Option<Latency>,
+    /// Request read by the far end to its response queued.
+    pub far: Option<Latency>,
+    /// Response queued by the far end to read by the client.
+    pub back: Option<Latency>,
 }
 
 /// Everything one run measured.
@@ -337,6 +349,9 @@ impl Report {
                 wake_to_read: Latency::of(&t.msgs.wake_to_read),
                 frames_in_flight_p50: t.msgs.in_flight_quantile(0.5),
                 frames_in_flight_p90: t.msgs.in_flight_quantile(0.9),
+                out: halve(&t.msgs.halves.out),
+                far: halve(&t.msgs.halves.far),
+                back: halve(&t.msgs.halves.back),
             }
         });
         Self {
@@ -439,6 +454,22 @@ impl Report {
                 let _ = writeln!(
                     s,
                     "  rr: frames read from all ports while a message was in flight p50 {f50} p90 {f90}"
+                );
+            }
+            if let (Some(o), Some(f), Some(b)) = (&r.out, &r.far, &r.back) {
+                let us = |l: &Latency| {
+                    format!(
+                        "p50 {:.1} p99 {:.1} us",
+                        l.p50_ns as f64 / 1e3,
+                        l.p99_ns as f64 / 1e3
+                    )
+                };
+                let _ = writeln!(
+                    s,
+                    "  rr halves: out (to the far end) {}; far end {}; back (to the client) {}",
+                    us(o),
+                    us(f),
+                    us(b)
                 );
             }
         }

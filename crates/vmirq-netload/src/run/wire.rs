@@ -21,6 +21,7 @@
 //! in the talk, where they come from different remote hosts.
 
 use super::flows::{response_to, BulkFlow};
+use super::halves::AnswerStamps;
 use super::{os, port_err, Result};
 use crate::frame::{self, Kind, Mac, Pattern, Probe};
 use crate::port::NetPort;
@@ -52,6 +53,8 @@ pub struct WireShared {
     pub quit: AtomicBool,
     /// Requests answered (by the sender on two ports, by the responder on three).
     pub answered: AtomicU64,
+    /// When each request was read and its response queued ([`super::halves`]).
+    pub stamps: AnswerStamps,
 }
 
 /// Send `flow` from `port` to `dst` until `shared.stop` (answering requests with `answer`
@@ -131,8 +134,8 @@ struct FarEnd<'a> {
     dst: Mac,
     pattern: &'a Pattern,
     shared: &'a WireShared,
-    /// Responses waiting for TX room.
-    replies: VecDeque<Probe>,
+    /// Responses waiting for TX room, with when their requests were read.
+    replies: VecDeque<(Probe, u64)>,
     scratch: Vec<u8>,
 }
 
@@ -171,18 +174,19 @@ impl<'a> FarEnd<'a> {
             replies,
             scratch,
             index,
+            shared,
             ..
         } = self;
         port.receive(64, scratch, &mut |f| {
             if let Ok(p) = frame::parse(f, pattern, false) {
                 if p.kind == Kind::Request {
-                    replies.push_back(response_to(&p));
+                    replies.push_back((response_to(&p), shared.stamps.now()));
                 }
             }
         })
         .map_err(port_err(*index))?;
         let mut queued = 0;
-        while let Some(r) = self.replies.front() {
+        while let Some((r, read_ns)) = self.replies.front() {
             if !self
                 .port
                 .send(r, self.dst, self.pattern)
@@ -190,6 +194,8 @@ impl<'a> FarEnd<'a> {
             {
                 break;
             }
+            let stamps = &self.shared.stamps;
+            stamps.stamp(r.seq, *read_ns, stamps.now());
             self.replies.pop_front();
             self.shared.answered.fetch_add(1, Ordering::Release);
             queued += 1;
