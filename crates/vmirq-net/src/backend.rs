@@ -12,7 +12,10 @@
 //! vhost-user-backend), 2N + 1 its exit event, then an attach eventfd the server writes
 //! once per connection so that the worker hands the vrings over to the fabric
 //! (vhost-user-backend gives the vrings to `handle_event` only), then each pair's RX and
-//! TX hold timers (registered by the server).
+//! TX hold timers (registered by the server), then the resume eventfd: another port's
+//! worker writes it when that port, which had no room for this port's frames, got receive
+//! buffers, so that this port's own worker drains its transmit queues again
+//! ([`crate::fabric::Fabric::on_resume`]).
 
 use crate::counters::PortCounters;
 use crate::ctrl::Ctrl;
@@ -53,6 +56,8 @@ pub enum Event {
     RxTimer(usize),
     /// A pair's transmit hold timer.
     TxTimer(usize),
+    /// The resume eventfd: a destination this port waited for has room again.
+    Resume,
     /// Nothing of this device (the exit event is vhost-user-backend's own).
     Unknown,
 }
@@ -82,6 +87,12 @@ impl Events {
         self.rx_timer(q) + 1
     }
 
+    /// The resume eventfd's id (after the last pair's timers).
+    #[must_use]
+    pub const fn resume(self) -> u64 {
+        self.tx_timer(self.pairs as usize - 1) + 1
+    }
+
     /// What event id `id` is.
     #[must_use]
     pub fn decode(self, id: u64) -> Event {
@@ -92,6 +103,7 @@ impl Events {
             i if i < 2 * pairs => Event::TxKick(idx(i / 2)),
             i if i == 2 * pairs => Event::Ctrl,
             i if i == self.attach() => Event::Attach,
+            i if i == self.resume() => Event::Resume,
             i if i > self.attach() && i <= self.tx_timer(idx(pairs) - 1) => {
                 let t = i - self.attach() - 1;
                 if t % 2 == 0 {
@@ -119,6 +131,9 @@ pub struct NetBackend {
     active: Arc<AtomicU16>,
     events: Events,
     attach: EventFd,
+    /// Written by other ports' workers ([`Event::Resume`]), shared with the fabric through
+    /// the port's [`Attached`].
+    resume: Arc<EventFd>,
     exit: ExitEvents,
     ctrl: Mutex<Ctrl>,
     /// The guest memory registered with vmirq-vhost's SIGBUS table: a frontend that
@@ -168,6 +183,7 @@ impl NetBackend {
             mem,
             features: Arc::new(AtomicU64::new(0)),
             attach: EventFd::new(EFD_NONBLOCK)?,
+            resume: Arc::new(EventFd::new(EFD_NONBLOCK)?),
             exit: ExitEvents::default(),
             ctrl: Mutex::new(Ctrl::new(0, pairs)),
             revocation: Arc::new(Revocation::new()),
@@ -179,6 +195,12 @@ impl NetBackend {
     #[must_use]
     pub fn attach_fd(&self) -> RawFd {
         self.attach.as_raw_fd()
+    }
+
+    /// The resume eventfd (register it with [`Events::resume`]).
+    #[must_use]
+    pub fn resume_fd(&self) -> RawFd {
+        self.resume.as_raw_fd()
     }
 
     /// The worker's event ids.
@@ -324,6 +346,13 @@ impl VhostUserBackend for NetBackend {
             }
             Event::RxTimer(q) => self.fabric.on_rx_timer(self.port, q),
             Event::TxTimer(q) => self.fabric.on_tx_timer(self.port, q),
+            Event::Resume => {
+                // Consumed by the fabric through the attached port; between connections
+                // here, or epoll would report it for ever.
+                if !self.fabric.on_resume(self.port) {
+                    let _ = self.resume.read();
+                }
+            }
             Event::Attach => {
                 let _ = self.attach.read();
                 let pairs: Vec<Pair> = self
@@ -345,6 +374,7 @@ impl VhostUserBackend for NetBackend {
                     Arc::clone(&self.features),
                     Arc::clone(&self.active),
                     Arc::clone(&self.revocation),
+                    Arc::clone(&self.resume),
                     vrings
                         .get(crate::virtio::ctrl_queue(self.config.max_pairs))
                         .filter(|_| self.config.max_pairs > 1)
@@ -376,7 +406,9 @@ mod tests {
         assert_eq!(one.decode(4), Event::Attach);
         assert_eq!(one.decode(5), Event::RxTimer(0));
         assert_eq!(one.decode(6), Event::TxTimer(0));
-        assert_eq!(one.decode(7), Event::Unknown);
+        assert_eq!(one.resume(), 7);
+        assert_eq!(one.decode(7), Event::Resume);
+        assert_eq!(one.decode(8), Event::Unknown);
         let three = Events::new(3);
         assert_eq!(three.decode(5), Event::TxKick(2));
         assert_eq!(three.decode(6), Event::Ctrl);
@@ -384,7 +416,8 @@ mod tests {
         assert_eq!(three.decode(three.attach()), Event::Attach);
         assert_eq!(three.decode(three.rx_timer(2)), Event::RxTimer(2));
         assert_eq!(three.decode(three.tx_timer(1)), Event::TxTimer(1));
-        assert_eq!(three.decode(three.tx_timer(2) + 1), Event::Unknown);
+        assert_eq!(three.decode(three.tx_timer(2) + 1), Event::Resume);
+        assert_eq!(three.decode(three.resume() + 1), Event::Unknown);
         assert_eq!(three.decode(u64::MAX), Event::Unknown);
     }
 }

@@ -21,7 +21,11 @@
 //! Backpressure instead of loss: when the destination's receive queue has no room, the
 //! source's transmit chain is put back, the source is marked in the destination's
 //! `blocked` set, and receive-queue notifications are enabled; the destination driver's next
-//! refill kick services the blocked transmit queues again. Floods (learning mode) are best
+//! refill kick wakes the blocked sources' own workers (each port's resume eventfd), which
+//! drain their transmit queues again. The destination's worker does not drain them itself:
+//! a source's drain runs up to a per-event bound of 1,024 frames, and the destination's own
+//! transmit queue (a guest's request behind a refill it made for a bulk stream) would wait
+//! for all of them. Floods (learning mode) are best
 //! effort: a destination without room drops its copy and counts it.
 
 mod burst;
@@ -56,6 +60,7 @@ use vmirq_vhost::notify::{Completions, QueueNotifier};
 use vmirq_vhost::sigbus::{revoked_in, Revocation};
 use vmirq_vhost::timer::DeadlineWatch;
 use vmirq_vhost::LiveRing;
+use vmm_sys_util::eventfd::EventFd;
 
 /// Guest memory as the vhost-user machinery shares it.
 pub use vmirq_vhost::GuestMem;
@@ -123,6 +128,9 @@ pub struct Attached {
     pub tx_ctl: Arc<Mutex<TxCtl>>,
     /// The connection's SIGBUS protection: whoever sees its memory revoked ends it.
     pub revocation: Arc<Revocation>,
+    /// The port worker's resume eventfd: written when a destination this port waited for
+    /// got receive buffers ([`Fabric::wake_blocked`]).
+    pub resume: Arc<EventFd>,
     /// Every queue pair, pair 0 first (`--queues`; at least one).
     pub pairs: Vec<Pair>,
     /// Queue pairs the driver uses (VQ_PAIRS_SET; 1 until then), when the frontend hands
@@ -153,6 +161,7 @@ impl Attached {
         features: Arc<AtomicU64>,
         active: Arc<AtomicU16>,
         revocation: Arc<Revocation>,
+        resume: Arc<EventFd>,
         ctrl: Option<Vring>,
     ) -> Option<Self> {
         if pairs.len() > usize::from(PAIRS_MAX) {
@@ -176,6 +185,7 @@ impl Attached {
             rx_ctl: first.rx_ctl,
             tx_ctl: first.tx_ctl,
             revocation,
+            resume,
             pairs,
             active,
             ctrl,

@@ -441,6 +441,7 @@ fn serve_connection(
     )?);
     let timers = backend.timer_fds();
     let attach = backend.attach_fd();
+    let resume = backend.resume_fd();
     let events = backend.events();
     let connection = Connection {
         name: "vmirq-net",
@@ -459,6 +460,7 @@ fn serve_connection(
                 handler.register_listener(rx_timer, EventSet::IN, events.rx_timer(q))?;
                 handler.register_listener(tx_timer, EventSet::IN, events.tx_timer(q))?;
             }
+            handler.register_listener(resume, EventSet::IN, events.resume())?;
         }
         Ok(())
     })

@@ -248,9 +248,13 @@ fn a_full_ring_publishes_the_parked_frames_so_the_driver_can_refill() {
     assert_eq!(c.received(&stream), [1, 2, 3, 4]);
     assert_eq!(c.rig.rx_counters(0).notifications, 1);
     assert_eq!(c.port0().rx_frames, 4);
-    // The driver refills; the fifth frame, waiting in port 1's ring, goes into it.
+    // The driver refills; the fifth frame, waiting in port 1's ring, goes into it, drained
+    // by port 1's worker (its resume), not by port 0's, whose refill kick this is.
     c.bufs.extend(post(&mut c.rig.ports[0].rx, 4));
     c.rig.fabric.on_rx_kick(0, 0);
+    assert_eq!(c.port0().rx_frames, 4, "port 0's worker drained port 1");
+    assert!(c.rig.fabric.on_resume(1), "port 1 was not told to resume");
+    assert!(!c.rig.fabric.on_resume(1), "one resume per refill");
     std::thread::sleep(std::time::Duration::from_millis(5));
     c.rig.fabric.on_rx_timer(0, 0);
     assert_eq!(c.received(&stream), [5]);

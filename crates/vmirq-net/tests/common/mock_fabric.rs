@@ -13,6 +13,7 @@ use vmirq_net::virtio::HDR_LEN;
 use vmirq_vhost::counters::{CounterSet, QueueSnapshot};
 use vmirq_vhost::mock_guest::{Desc, Layout, MockGuest, REGION0_LEN};
 use vmirq_vhost::sigbus::Revocation;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Ring size: two transmit batches of the per-port loop (256 chains each) fit.
 pub const QSIZE: u16 = 512;
@@ -126,6 +127,7 @@ pub fn attach_features(
         Arc::new(AtomicU64::new(features)),
         Arc::new(AtomicU16::new(active)),
         Arc::new(Revocation::new()),
+        Arc::new(EventFd::new(EFD_NONBLOCK).expect("resume eventfd")),
         None,
     )
     .expect("pairs");
