@@ -1,6 +1,7 @@
 //! The run loop itself (see the module above for its shape).
 
 use super::flows::{response_to, BulkFlow, RrFlow};
+use super::halt::HaltPoll;
 use super::msgpath::MsgPath;
 use super::paths::{is_hello, Hellos};
 use super::report::{FrameErrors, Snapshot, Totals};
@@ -54,6 +55,8 @@ pub(super) struct Engine<'a> {
     errors: FrameErrors,
     wakeups: u64,
     timer_wakeups: u64,
+    /// The client's halt polling (`--halt-poll`), interrupt mode only.
+    halt: Option<HaltPoll>,
     /// Longest round, or longest oversleep past a timer: how long the client was away.
     stall_max_ns: u64,
     /// Frames the last look after a timed-out drain found in the receive rings.
@@ -145,6 +148,10 @@ impl<'a> Engine<'a> {
             errors: FrameErrors::default(),
             wakeups: 0,
             timer_wakeups: 0,
+            halt: cfg
+                .halt_poll
+                .filter(|_| cfg.mode == Mode::Interrupt)
+                .map(HaltPoll::new),
             stall_max_ns: 0,
             unsignalled: 0,
             hellos,
@@ -521,8 +528,15 @@ impl<'a> Engine<'a> {
             for (r, f) in raw.iter_mut().zip(&fds) {
                 *r = f.2;
             }
-            let ready = os::wait_readable(&raw[..fds.len().min(os::POLL_FDS_MAX)], timeout)
-                .map_err(RunError::Wait)?;
+            let raw = &raw[..fds.len().min(os::POLL_FDS_MAX)];
+            let ready = match self.halt.as_mut() {
+                Some(h) => {
+                    let start = self.start;
+                    h.halt(raw, || since(start), expected_wake)
+                }
+                None => os::wait_readable(raw, timeout),
+            }
+            .map_err(RunError::Wait)?;
             if ready != 0 {
                 self.wakeups += 1;
                 // Reset only the eventfds that fired (a read is a system call).
@@ -610,6 +624,9 @@ impl<'a> Engine<'a> {
             rr_completed: self.rr.as_ref().map_or(0, |r| r.completed),
             wakeups: self.wakeups,
             timer_wakeups: self.timer_wakeups,
+            halts: self.halt.as_ref().map_or(0, |h| h.halts),
+            halts_caught: self.halt.as_ref().map_or(0, |h| h.caught),
+            halt_polled_ns: self.halt.as_ref().map_or(0, |h| h.polled_ns),
             machine_ticks: os::machine_ticks(),
             backend_cpu_ns: self.cfg.backend_pid.and_then(os::process_cpu_ns),
             ..Snapshot::default()
@@ -656,6 +673,7 @@ impl<'a> Engine<'a> {
             frame_errors: self.errors,
             faults,
             stall_max_ns: self.stall_max_ns,
+            halt_policy: self.halt.as_ref().map(HaltPoll::name),
             unsignalled: self.unsignalled,
             hellos: self.hellos,
         };

@@ -12,6 +12,7 @@
 
 mod engine;
 pub mod flows;
+pub mod halt;
 pub mod halves;
 pub mod msgpath;
 mod os;
@@ -180,6 +181,9 @@ pub struct RunConfig {
     /// Encapsulation of every frame the run sends (`--frames`; [`run`] sets it on every
     /// port). `raw` by default, so earlier numbers stay comparable.
     pub frames: Encap,
+    /// The client's halt polling in interrupt mode ([`halt`], `--halt-poll`); `None`: it
+    /// sleeps at once (the default, so that earlier numbers stay comparable).
+    pub halt_poll: Option<vmirq_policy::spec::WaitSpec>,
 }
 
 impl RunConfig {
@@ -201,6 +205,7 @@ impl RunConfig {
             wire_sender: None,
             responder_cpu: None,
             frames: Encap::Raw,
+            halt_poll: None,
         }
     }
 }

@@ -26,6 +26,12 @@ pub struct Snapshot {
     pub wakeups: u64,
     /// Sleeps ended by the timeout (pacing or phase end).
     pub timer_wakeups: u64,
+    /// Halts of the client (`--halt-poll`; 0 without it).
+    pub halts: u64,
+    /// Halts its poll window ended (no sleep).
+    pub halts_caught: u64,
+    /// Time the client spent polling in its halts (ns).
+    pub halt_polled_ns: u64,
     /// Whole-machine (busy, total) CPU ticks.
     pub machine_ticks: Option<(u64, u64)>,
     /// CPU time of the backend process (all threads), if its pid was given.
@@ -162,6 +168,19 @@ pub struct RrReport {
     pub back: Option<Latency>,
 }
 
+/// The client's halt polling in the window (`--halt-poll`, [`super::halt`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct HaltPollReport {
+    /// The wait policy's name.
+    pub policy: &'static str,
+    /// Halts (the client had nothing to do and would sleep).
+    pub halts: u64,
+    /// Halts its poll window ended without a sleep (a signal or its own timer came).
+    pub caught: u64,
+    /// Time polled per halt (ns).
+    pub polled_ns_per_halt: f64,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -200,6 +219,8 @@ pub struct Report {
     pub wakeups_per_packet: f64,
     /// Sleeps ended by a timeout.
     pub timer_wakeups: u64,
+    /// The client's halt polling (`--halt-poll`), if it had one.
+    pub halt_poll: Option<HaltPollReport>,
     /// Kicks the client wrote.
     pub kicks: u64,
     /// Kicks per sent packet.
@@ -274,6 +295,8 @@ pub struct Totals<'a> {
     pub stall_max_ns: u64,
     /// Frames found by the last look after a timed-out drain.
     pub unsignalled: u64,
+    /// The client's halt polling policy (`--halt-poll`), if it had one.
+    pub halt_policy: Option<&'static str>,
     /// Path probes.
     pub hellos: super::Hellos,
 }
@@ -372,6 +395,18 @@ impl Report {
             wakeups,
             wakeups_per_packet: per(wakeups, packets),
             timer_wakeups: b.timer_wakeups - a.timer_wakeups,
+            halt_poll: t.halt_policy.map(|policy| {
+                let halts = b.halts.saturating_sub(a.halts);
+                HaltPollReport {
+                    policy,
+                    halts,
+                    caught: b.halts_caught.saturating_sub(a.halts_caught),
+                    polled_ns_per_halt: per(
+                        b.halt_polled_ns.saturating_sub(a.halt_polled_ns),
+                        halts,
+                    ),
+                }
+            }),
             kicks,
             kicks_per_tx_packet: per(kicks, tx_packets),
             client_cpu_ns: cpu,
@@ -482,6 +517,16 @@ impl Report {
         }
         if let Some(busy) = self.machine_busy {
             let _ = writeln!(s, "  machine busy {:.0}% of all CPUs", busy * 100.0);
+        }
+        if let Some(h) = &self.halt_poll {
+            let _ = writeln!(
+                s,
+                "  halt polling ({}): {} of {} halts caught by the poll, {:.1} us polled per halt",
+                h.policy,
+                h.caught,
+                h.halts,
+                h.polled_ns_per_halt / 1e3
+            );
         }
         let _ = write!(
             s,

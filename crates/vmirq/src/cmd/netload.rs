@@ -90,6 +90,12 @@ pub struct Args {
     /// only after its own interrupt, until a poll finds less than the budget).
     #[arg(long, default_value = "all", value_parser = parse_napi)]
     napi: vmirq_netload::run::Napi,
+    /// Interrupt mode: before the client sleeps on its call eventfds it polls them for a
+    /// wait policy's window, as KVM polls a halted vCPU (`kvm`: halt_poll_ns 200 µs, grow 2,
+    /// shrink 2; `fixed:us=N`, `guest-haltpoll`, `histogram`, as `vmirq serve --poll`).
+    /// Without it the client sleeps at once: a guest on a host with halt polling off.
+    #[arg(long, value_name = "SPEC")]
+    halt_poll: Option<vmirq_policy::spec::WaitSpec>,
     /// Encapsulation of the frames sent: `raw` (Ethernet with EtherType 0x88B5: every flow
     /// between two ports has the same addresses) or `udp` (Ethernet, IPv4 10.0.0.(port+1),
     /// UDP ports 0xC000 + flow: one UDP flow per netload flow, as a guest sends; frames of
@@ -247,6 +253,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     run.bulk_window = args.window;
     run.verify_payload = !args.no_verify;
     run.napi = args.napi;
+    run.halt_poll = args.halt_poll;
     run.frames = args.frames;
     run.cpu = Some(args.cpu);
     run.wire_sender = (args.sender == Sender::Wire).then_some(Some(args.wire_cpu));
