@@ -11,12 +11,18 @@
 //! destination's worker writes the source's resume eventfd and goes on. The source's
 //! worker drains (`Fabric::on_resume`).
 //!
-//! The fabric runs on the test's thread (`common::mock_fabric`): deterministic.
+//! The first two tests drive the fabric on the test's thread (`common::mock_fabric`):
+//! deterministic. The third goes through a running serve-net, whose port workers must
+//! register and serve the resume eventfd: without it the waiting source's frames stay in its
+//! ring for good once its driver stops kicking.
 
 mod common;
 
 use common::mock_fabric::{offer_tx, post_rx, Rig};
+use std::time::{Duration, Instant};
 use vmirq_net::queues::Policies;
+use vmirq_netload::frame::{self, Kind, Pattern, Probe};
+use vmirq_netload::port::{NetPort, PortConfig};
 
 fn rx_frames(rig: &Rig, p: usize) -> u64 {
     rig.fabric
@@ -66,4 +72,62 @@ fn a_refill_with_no_source_waiting_wakes_nobody() {
     post_rx(&mut rig.ports[1].rx, 8);
     rig.fabric.on_rx_kick(1, 0);
     assert!(!rig.fabric.on_resume(0));
+}
+
+#[test]
+fn a_burst_larger_than_the_receive_ring_arrives_whole_through_the_server() {
+    const FRAMES: u64 = 200;
+    let server = common::start(2, |_| {});
+    let pattern = Pattern::new();
+    let connect = |i: usize, rx_queue_size: u16| {
+        let cfg = PortConfig {
+            rx_queue_size,
+            tx_queue_size: 256,
+            ..PortConfig::default()
+        };
+        NetPort::connect(&server.sockets[i], cfg, frame::port_mac(i), &pattern)
+            .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"))
+    };
+    let mut sender = connect(0, 256);
+    // 64 receive buffers for 200 frames: port 0 waits for port 1's refills three times.
+    let mut receiver = connect(1, 64);
+    for seq in 0..FRAMES {
+        let probe = Probe {
+            kind: Kind::Bulk,
+            flow: 1,
+            seq,
+            t_ns: 0,
+            len: 1514,
+        };
+        assert!(sender.send(&probe, receiver.mac(), &pattern).expect("send"));
+    }
+    // One kick for the whole burst; the sender never kicks again.
+    sender.flush().expect("kick");
+    // Read nothing until the burst has filled port 1's ring and port 0 waits for room.
+    let waited = Instant::now() + Duration::from_secs(5);
+    while server.handle.counters()[0].tx_backpressure == 0 && Instant::now() < waited {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        server.handle.counters()[0].tx_backpressure > 0,
+        "the burst never waited for room"
+    );
+    let mut got = 0;
+    let mut scratch = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got < FRAMES && Instant::now() < deadline {
+        let n = receiver
+            .receive(64, &mut scratch, &mut |_| {})
+            .expect("receive");
+        got += n as u64;
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(
+        got,
+        FRAMES,
+        "received {got} of {FRAMES}; port 0 waited for room {} times",
+        server.handle.counters()[0].tx_backpressure
+    );
 }
