@@ -22,6 +22,11 @@
 #   4w. the same queue with the wire as the far end: it sends the bulk to the client's port
 #      (paced at RATE_PPS) and answers the client's requests, so the guest's one receive
 #      queue carries both (the talk's case): none vs dim vs dim-lat
+#   4t. the shared queue as the talk has it: three ports, the wire streams 0 -> 1 at
+#      RATE_PPS, a responder thread on port 2 answers the client's requests (96 B UDP
+#      frames, per-queue NAPI client, serve-net learning addresses, receive low-water mark
+#      1/2): none vs dim-lat vs dim-lat:overtake=on; the reports split each round trip
+#      into its halves (request to the responder, response back to the client)
 #   5. mix on separate queues (4 ports: bulk 0->1 from the wire, paced at RATE_PPS, messages
 #      2<->3 on the client thread; the bulk's and the messages' interrupts counted apart):
 #                                                   none vs dim vs dim-lat
@@ -96,6 +101,10 @@ run "3L. bulk stream 1514 B from the wire, unpaced, 1024-entry rings" --sender w
 run "4. mix, same queue, bulk unpaced, client sends" --workload mix:1514+64/200 "${M3[@]}"
 run "4w. mix, same queue, the wire sends the bulk at $RATE_PPS pps and answers the messages" \
     --sender wire --workload "mix:1514@$RATE_PPS+64/200" "${M3[@]}"
+run "4t. mix, one receive queue fed by two ports (3 ports), the wire at $RATE_PPS pps, a responder on port 2" \
+    --ports 3 --sender wire --frames udp --napi queue --vmirq-rx-low-water 1/2 \
+    --workload "mix:1514@$RATE_PPS+96/200" --vmirq-moderation none --vmirq-moderation dim-lat \
+    --vmirq-moderation dim-lat:overtake=on
 run "5. mix, separate queues, bulk from the wire paced at $RATE_PPS pps" --ports 4 --sender wire \
     --workload "mix:1514@$RATE_PPS+64/200" "${M3[@]}"
 run "6. mix, separate queues, bulk unpaced, client sends" --ports 4 --workload mix:1514+64/200 "${M3[@]}"

@@ -148,6 +148,26 @@ const METRICS: &[Metric] = &[
         get: |r| r.rr.map(|t| t.rtt.p99_ns as f64 / 1e3),
     },
     Metric {
+        name: "request half p50",
+        unit: "(us)",
+        get: |r| r.rr.and_then(|t| t.out).map(|l| l.p50_ns as f64 / 1e3),
+    },
+    Metric {
+        name: "request half p99",
+        unit: "(us)",
+        get: |r| r.rr.and_then(|t| t.out).map(|l| l.p99_ns as f64 / 1e3),
+    },
+    Metric {
+        name: "response half p50",
+        unit: "(us)",
+        get: |r| r.rr.and_then(|t| t.back).map(|l| l.p50_ns as f64 / 1e3),
+    },
+    Metric {
+        name: "response half p99",
+        unit: "(us)",
+        get: |r| r.rr.and_then(|t| t.back).map(|l| l.p99_ns as f64 / 1e3),
+    },
+    Metric {
         name: "frames ahead of msg p50",
         unit: "",
         get: |r| r.rr.and_then(|t| t.frames_ahead_p50).map(|n| n as f64),

@@ -191,6 +191,15 @@ fn netload_runs_the_three_port_mix_through_serve_net() {
         "{r}"
     );
     assert!(r["rr"]["answered"].as_u64().is_some_and(|n| n > 0), "{r}");
+    // The round trip's halves, from the responder's stamps: each positive, their medians
+    // within the whole's p99 (sums of medians are no medians, but neither half can be
+    // longer than most whole round trips).
+    assert!(stdout.contains("request half p50"), "{stdout}");
+    let rtt_p99 = r["rr"]["rtt"]["p99_ns"].as_u64().expect("rtt p99");
+    for half in ["out", "far", "back"] {
+        let p50 = r["rr"][half]["p50_ns"].as_u64().unwrap_or(0);
+        assert!(p50 > 0 && p50 <= rtt_p99, "{half}: {r}");
+    }
     // serve-net's summary: port 0 received only flooded path probes (a handful), port 2
     // the requests.
     let rx = |port: usize| -> u64 {
