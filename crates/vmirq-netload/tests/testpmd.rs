@@ -198,10 +198,18 @@ fn frames_cross_testpmd_intact_before_and_after_a_reconnect() {
         2,
         "forward statistics in testpmd's log:\n{log}"
     );
-    // testpmd dropped nothing but the path probes sent before it switched a port on
+    // testpmd dropped nothing but path probes: those sent before it switched a port on
     // (vhost-user has no link status; DPDK starts queuing after acknowledging the rings).
+    // The probes netload saw no answer to are an upper bound, not an exact count: in a CI
+    // dry run on 2026-11-28 (the machine 85-100 % busy) 94 probes went unanswered while
+    // testpmd counted 1 drop, so probes can go unseen without testpmd counting them as
+    // dropped (where they went is not traced). Every data frame is checked by `exchange`
+    // itself (none lost beyond what `assert_clean` allows, which counts here too).
     let dropped: u64 = stats.iter().map(|s| s.rx_dropped + s.tx_dropped).sum();
-    assert_eq!(dropped, unanswered, "testpmd dropped: {stats:?}");
+    assert!(
+        dropped <= unanswered,
+        "testpmd dropped {dropped}, more than the {unanswered} unanswered probes and lost frames: {stats:?}"
+    );
     for s in &stats {
         assert!(s.rx_packets > 0 && s.tx_packets > 0);
     }
