@@ -181,7 +181,7 @@ fn qemu_storage_daemon_reboot_and_reconnect() {
 /// The restart test kills the backend at least this many times while fio runs, and goes on
 /// (up to MAX_KILLS) until a kill has found requests in flight.
 const MIN_KILLS: usize = 2;
-const MAX_KILLS: usize = 6;
+const MAX_KILLS: usize = 12;
 
 /// `text` without ANSI colour sequences (`ESC [ ... m`, tracing's when stderr is a file too).
 fn plain(text: &str) -> String {
@@ -216,7 +216,7 @@ fn resumes(log: &str) -> Vec<u64> {
 }
 
 /// `vmirq serve` on an image file (O_DIRECT) is SIGKILLed under a guest running fio (4 KiB
-/// random writes at QD 32 with crc32c verify), 2 to 6 times (until a kill has found requests
+/// random writes at QD 32 with crc32c verify), 2 to 12 times (until a kill has found requests
 /// in flight), and started again on the same socket each time; QEMU
 /// (`reconnect=1`) reconnects and hands the restarted backend its inflight area
 /// (INFLIGHT_SHMFD). fio must end without an I/O or verify error, a re-read must verify, the
