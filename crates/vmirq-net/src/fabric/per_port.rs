@@ -70,14 +70,9 @@ impl Fabric {
         while mask != 0 {
             let src = mask.trailing_zeros() as usize;
             mask &= mask - 1;
-            let Some(me) = self.attached(src) else {
-                continue;
-            };
-            if let Err(e) = me.resume.write(1) {
-                // An eventfd write fails only when its counter would overflow, i.e. the
-                // source has resumes pending anyway; still, never leave it waiting.
-                tracing::warn!(port = src, error = %e, "cannot wake a waiting source; draining it here");
-                self.service_tx(src);
+            if let Some(me) = self.attached(src) {
+                // Fails only when the counter would overflow: resumes are pending anyway.
+                let _ = me.resume.write(1);
             }
         }
     }
@@ -93,7 +88,9 @@ impl Fabric {
         if me.resume.read().is_err() {
             return false;
         }
-        self.service_tx(p);
+        for q in 0..me.pairs.len() {
+            self.service_txq(p, &me, q);
+        }
         true
     }
 
