@@ -689,12 +689,12 @@ fn next_wake(due: [Option<u64>; 2], deadline: u64) -> u64 {
     due.into_iter().flatten().fold(deadline, u64::min)
 }
 
-/// Nanoseconds since `start` (the run's clock).
 /// ns from `epoch` to `start` (0 if `start` is earlier).
 fn since_epoch(start: Instant, epoch: Instant) -> u64 {
     u64::try_from(start.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Nanoseconds since `start` (the run's clock).
 fn since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
