@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::slow_mix::{self, connect};
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 use vmirq_netload::frame::{self, Pattern};
@@ -12,17 +13,6 @@ use vmirq_netload::port::{NetPort, PortConfig};
 use vmirq_netload::run::{run, Mode, Report, RunConfig};
 use vmirq_netload::workload::Workload;
 use vmirq_policy::spec::ModerationSpec;
-
-fn connect(path: &std::path::Path, i: usize) -> NetPort {
-    let cfg = PortConfig {
-        rx_queue_size: 512,
-        tx_queue_size: 256,
-        tx_frame_max: 1514,
-        ..PortConfig::default()
-    };
-    NetPort::connect(path, cfg, frame::port_mac(i), &Pattern::new())
-        .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"))
-}
 
 fn start(moderation: &str) -> (common::Running, Vec<NetPort>) {
     let spec: ModerationSpec = moderation.parse().expect("moderation spec");
@@ -280,16 +270,7 @@ fn a_client_blocked_on_a_full_tx_ring_sleeps_instead_of_spinning() {
 fn the_wire_serves_a_stream_and_answers_messages_on_one_queue() {
     let (server, mut ports) = start("dim-lat");
     // A debug build on a loaded machine must keep up: 5 kpps, and messages every 200 us.
-    let mix = Workload::Mix {
-        bulk_len: 1514,
-        bulk_rate_pps: Some(5_000),
-        msg_len: 64,
-        msg_interval_us: 200,
-    };
-    let mut cfg = RunConfig::new(mix, Mode::Interrupt);
-    cfg.warmup = Duration::from_millis(100);
-    cfg.measure = Duration::from_millis(600);
-    cfg.drain_max = Duration::from_secs(2);
+    let mut cfg = slow_mix::mix(64, 600);
     cfg.wire_sender = Some(None);
     let r = run(&mut ports, &cfg).expect("workload runs");
     let _ = writeln!(std::io::stderr(), "{}", r.summary());

@@ -20,19 +20,26 @@ pub fn connect(path: &std::path::Path, i: usize) -> NetPort {
         .unwrap_or_else(|e| panic!("connect port {i}: {e:?}"))
 }
 
-/// A mix in `udp` frames: a paced 1514-byte stream at 5 kpps and a 96-byte message every
-/// 200 us, 100 ms of warm-up and 500 ms measured.
-pub fn udp_mix() -> RunConfig {
+/// A mix slow enough for a debug build: a paced 1514-byte stream at 5 kpps and a
+/// `msg_len`-byte message every 200 us, 100 ms of warm-up, `measure_ms` measured, up to 2 s
+/// of drain.
+pub fn mix(msg_len: u32, measure_ms: u64) -> RunConfig {
     let mix = Workload::Mix {
         bulk_len: 1514,
         bulk_rate_pps: Some(5_000),
-        msg_len: 96,
+        msg_len,
         msg_interval_us: 200,
     };
     let mut cfg = RunConfig::new(mix, Mode::Interrupt);
     cfg.warmup = Duration::from_millis(100);
-    cfg.measure = Duration::from_millis(500);
+    cfg.measure = Duration::from_millis(measure_ms);
     cfg.drain_max = Duration::from_secs(2);
+    cfg
+}
+
+/// [`mix`] in `udp` frames, 96-byte messages, 500 ms measured.
+pub fn udp_mix() -> RunConfig {
+    let mut cfg = mix(96, 500);
     cfg.frames = Encap::Udp;
     cfg
 }
