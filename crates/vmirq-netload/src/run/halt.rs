@@ -21,7 +21,8 @@ use vmirq_policy::wait::{Wait, WaitDecision, Waiter, WakeOutcome};
 /// A client's halt polling: the policy and what it did.
 #[derive(Debug, Clone)]
 pub struct HaltPoll {
-    spec: WaitSpec,
+    /// The policy's name, for the report.
+    name: &'static str,
     wait: Wait,
     /// Halts (sleeps the client began).
     pub halts: u64,
@@ -36,7 +37,7 @@ impl HaltPoll {
     #[must_use]
     pub fn new(spec: WaitSpec) -> Self {
         Self {
-            spec,
+            name: spec.name(),
             wait: spec.build(),
             halts: 0,
             caught: 0,
@@ -47,7 +48,7 @@ impl HaltPoll {
     /// The policy's name (`kvm`, `fixed`, ...).
     #[must_use]
     pub fn name(&self) -> &'static str {
-        self.spec.name()
+        self.name
     }
 
     /// Halt until one of `fds` is readable or `deadline` (ns on the clock `now`): poll
