@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::slow_mix::{connect, udp_mix};
+use common::slow_mix::{assert_mix_whole, connect, udp_mix};
 
 use vmirq_net::counters::PortSnapshot;
 use vmirq_net::switch::SwitchMode;
@@ -55,12 +55,8 @@ fn deltas(a: &[PortSnapshot], b: &[PortSnapshot]) -> ([u64; 3], [u64; 3]) {
 
 /// The client's view: clean, every frame a `udp` probe, every request answered.
 fn assert_run_whole(r: &Report) {
-    common::assert_clean(r);
+    assert_mix_whole(r);
     let (b, t) = (r.bulk.expect("bulk"), r.rr.expect("rr"));
-    assert_eq!(b.sent, b.received, "{}", r.summary());
-    assert_eq!((b.out_of_order, t.unexpected), (0, 0), "{}", r.summary());
-    // Correctness, not speed: a loaded machine slows the senders (the wire slips).
-    assert!(b.frames >= 100 && t.transactions >= 5, "{}", r.summary());
     assert_eq!(r.received_frames.raw, 0, "{:?}", r.received_frames);
     assert_eq!(r.hellos.received_udp, r.hellos.received, "{:?}", r.hellos);
     // One receive queue carries both flows: no per-flow interrupt count (as on two ports).

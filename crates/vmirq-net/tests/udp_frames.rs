@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::slow_mix::{connect, udp_mix};
+use common::slow_mix::{assert_mix_whole, connect, udp_mix};
 
 use vmirq_net::classify::{classify, Network, Transport};
 use vmirq_net::flow::flow_hash;
@@ -121,12 +121,8 @@ fn classify_sees_udp_frames_as_udp_of_their_length() {
 
 /// The run was clean and everything the client received was a valid `udp` probe.
 fn assert_all_udp(r: &Report) {
-    common::assert_clean(r);
+    assert_mix_whole(r);
     let (b, t) = (r.bulk.expect("bulk"), r.rr.expect("rr"));
-    assert_eq!(b.sent, b.received, "{}", r.summary());
-    assert_eq!((b.out_of_order, t.unexpected), (0, 0), "{}", r.summary());
-    // Correctness, not speed: a loaded machine slows the senders (the wire slips).
-    assert!(b.frames >= 100 && t.transactions >= 5, "{}", r.summary());
     assert_eq!(r.frames, Encap::Udp);
     let got = r.received_frames;
     assert_eq!(got.raw, 0, "raw frames received: {got:?}");

@@ -4,7 +4,7 @@
 use std::time::Duration;
 use vmirq_netload::frame::{self, Encap, Pattern};
 use vmirq_netload::port::{NetPort, PortConfig};
-use vmirq_netload::run::{Mode, RunConfig};
+use vmirq_netload::run::{Mode, Report, RunConfig};
 use vmirq_netload::workload::Workload;
 
 /// Connect netload port `i` (its MAC `frame::port_mac(i)`) to the socket at `path`: 512
@@ -42,4 +42,15 @@ pub fn udp_mix() -> RunConfig {
     let mut cfg = mix(96, 500);
     cfg.frames = Encap::Udp;
     cfg
+}
+
+/// The mix ran whole: clean, the bulk received in full and in order, no unexpected
+/// response, and enough of both flows (correctness, not speed: a loaded machine slows the
+/// senders, and the wire slips).
+pub fn assert_mix_whole(r: &Report) {
+    super::assert_clean(r);
+    let (b, t) = (r.bulk.expect("bulk"), r.rr.expect("rr"));
+    assert_eq!(b.sent, b.received, "{}", r.summary());
+    assert_eq!((b.out_of_order, t.unexpected), (0, 0), "{}", r.summary());
+    assert!(b.frames >= 100 && t.transactions >= 5, "{}", r.summary());
 }
