@@ -559,6 +559,16 @@ impl Fabric {
                     }
                 }
                 Err(TxError::Header(_)) => PortCounters::add(&c.tx_bad_header, 1),
+                Err(TxError::Ring(v)) => {
+                    // A ring rule broken: the chain cannot be completed (its head may name
+                    // no descriptor); the queue stops until the driver resets it.
+                    tracing::warn!(port = src, error = %v, "transmit queue broken");
+                    PortCounters::add(&c.queue_broken, 1);
+                    q.set_next_avail(start);
+                    q.set_ready(false);
+                    end = BatchEnd::Stop;
+                    break;
+                }
                 Err(e) => {
                     tracing::debug!(port = src, error = %e, "transmit chain dropped");
                     PortCounters::add(&c.tx_bad_chain, 1);

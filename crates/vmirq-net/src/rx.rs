@@ -36,9 +36,12 @@ pub enum RxOutcome {
     NoRoom,
     /// Larger than the receive buffers can ever hold; nothing consumed.
     TooBig,
-    /// A receive chain broke a rule; the chains taken were returned unused.
+    /// A receive chain is no place for a frame (a device-readable descriptor, no room, a
+    /// buffer outside guest memory); the chains taken were returned unused (length 0).
     BadChain,
-    /// The available ring cannot be read (index jump or outside memory): the queue is broken.
+    /// The available ring cannot be read (index jump or outside memory), a receive chain
+    /// breaks a ring rule, or the used ring cannot be written: the queue is broken (it
+    /// stops until the driver resets it; nothing of the frame is published).
     Broken,
 }
 
@@ -309,7 +312,14 @@ fn stage_general<'a>(
         let index = s.heads.len();
         s.heads.push(head);
         let mut chain_room = 0u64;
-        let mut bad = walk_chain_in(mem, table, head, &mut s.descs).is_err();
+        if walk_chain_in(mem, table, head, &mut s.descs).is_err() {
+            // A ring rule broken (`vmirq_vhost::chain::Violation`: a head outside the
+            // table, a loop, an unreadable table...): such a chain cannot be returned (its
+            // head may name no descriptor at all), so the queue stops until the driver
+            // resets it, as QEMU's virtio_error does.
+            return RxOutcome::Broken;
+        }
+        let mut bad = false;
         for d in &s.descs {
             if bad || !d.is_write_only() {
                 bad = true;

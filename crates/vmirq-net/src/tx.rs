@@ -1,12 +1,14 @@
 //! Reading one transmitted descriptor chain (the trust boundary of the transmit queue):
 //! every descriptor device-readable and inside guest memory, the total bounded by
 //! [`FRAME_LEN_MAX`] plus the net header, the net header free of offloads not offered, and
-//! at least an Ethernet header after it. A chain that fails is completed with length 0 and
-//! its frame dropped and counted; the queue carries on.
+//! at least an Ethernet header after it. A chain that fails these checks is completed with
+//! length 0 and its frame dropped and counted; the queue carries on.
 //!
 //! The chain's shape is checked first by the shared walker (`vmirq_vhost::chain`: index
 //! ranges, loops, chain length, indirect-table rules); virtio-queue's own iterator would end
-//! such a chain silently.
+//! such a chain silently. A chain that breaks one of those ring rules ([`TxError::Ring`]) is
+//! not completed (its head may name no descriptor): the queue stops until the driver resets
+//! it, as in vmirq-blk and as QEMU's virtio_error does.
 
 use crate::regions::RegionCache;
 use crate::virtio::{check_tx_hdr, TxHdrError, ETH_HDR_LEN, FRAME_LEN_MAX, HDR_LEN};
@@ -32,7 +34,7 @@ pub enum TxError {
     /// The net header asks for an offload.
     #[error("net header: {0}")]
     Header(#[from] TxHdrError),
-    /// The chain breaks a ring rule.
+    /// The chain breaks a ring rule: the queue stops (the chain is not completed).
     #[error("ring rule: {0}")]
     Ring(#[from] Violation),
 }

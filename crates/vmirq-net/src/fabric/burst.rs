@@ -214,6 +214,15 @@ impl Fabric {
                 prefetch_frame(&table, from, avail.copied_ahead(q, 0));
             }
             prefetch_frame(&table, from, avail.copied_ahead(q, 1));
+            if let Err(TxError::Ring(v)) = scanned {
+                // A ring rule broken: the chain cannot be completed (its head may name no
+                // descriptor); the chains before it go on, and the queue stops after them
+                // (not consumed: `burst` moves the available index past the done ones).
+                tracing::warn!(port = src, error = %v, "transmit queue broken");
+                PortCounters::add(&self.slots[src].counters.queue_broken, 1);
+                b.broken = true;
+                break;
+            }
             let at = b.descs.len();
             b.descs.extend_from_slice(&b.one);
             let route = match scanned {

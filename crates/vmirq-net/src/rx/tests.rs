@@ -2,7 +2,7 @@
 //! on every receive chain shape (the one-descriptor short path and its fall-backs).
 
 use super::*;
-use vmirq_vhost::mock_guest::{Desc, Layout, MockGuest, F_INDIRECT, F_WRITE, REGION0_LEN};
+use vmirq_vhost::mock_guest::{Desc, Layout, MockGuest, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN};
 
 const SIZE: u16 = 4;
 
@@ -179,36 +179,55 @@ fn a_chained_head_takes_the_general_path() {
 }
 
 #[test]
-fn an_indirect_or_readable_or_out_of_range_head_is_a_bad_chain() {
+fn a_readable_or_outside_memory_chain_is_a_bad_chain_returned_with_length_0() {
     let mut g = rx_guest(None);
     let f = test_frame(64);
     let buf = g.alloc(2048);
-    // INDIRECT (not negotiated on a receive queue here): the walker refuses it.
-    g.write_desc(0, buf, 32, F_INDIRECT, 0);
+    // Device-readable.
+    g.write_desc(0, buf, 2048, 0, 0);
     g.publish(0);
     assert_eq!(
         stage_into(&mut g, &f, true),
         (RxOutcome::BadChain, vec![(0, 0)])
     );
-    // Device-readable.
-    g.write_desc(1, buf, 2048, 0, 0);
+    // A buffer outside guest memory (in the hole after region 0).
+    g.write_desc(1, REGION0_LEN - 16, 2048, F_WRITE, 0);
     g.publish(1);
     assert_eq!(
         stage_into(&mut g, &f, true),
         (RxOutcome::BadChain, vec![(1, 0)])
     );
-    // A head outside the table.
-    g.publish(256);
-    let (out, _) = stage_into(&mut g, &f, true);
-    assert_eq!(out, RxOutcome::BadChain);
-    assert_eq!(g.ring.queue.next_avail(), 3);
-    // A buffer outside guest memory (in the hole after region 0).
-    g.write_desc(2, REGION0_LEN - 16, 2048, F_WRITE, 0);
-    g.publish(2);
-    assert_eq!(
-        stage_into(&mut g, &f, true),
-        (RxOutcome::BadChain, vec![(2, 0)])
-    );
+}
+
+/// A chain that breaks a ring rule cannot be returned (a head outside the table names no
+/// descriptor): the queue is broken and no used entry is written.
+#[test]
+fn a_ring_rule_break_breaks_the_queue_and_writes_no_used_entry() {
+    let f = test_frame(64);
+    // INDIRECT (not negotiated on a receive queue here), a head outside the table, a loop.
+    for case in 0..3 {
+        let mut g = rx_guest(None);
+        let buf = g.alloc(2048);
+        match case {
+            0 => {
+                g.write_desc(0, buf, 32, F_INDIRECT, 0);
+                g.publish(0);
+            }
+            1 => g.publish(256),
+            _ => {
+                g.write_desc(0, buf, 1024, F_WRITE | F_NEXT, 1);
+                g.write_desc(1, buf + 1024, 1024, F_WRITE | F_NEXT, 0);
+                g.publish(0);
+            }
+        }
+        let canary = g.canary();
+        assert_eq!(
+            stage_into(&mut g, &f, true),
+            (RxOutcome::Broken, vec![]),
+            "case {case}"
+        );
+        g.assert_canary(&canary, &[]);
+    }
 }
 
 #[test]
