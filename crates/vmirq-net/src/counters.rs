@@ -65,6 +65,13 @@ counters! {
     /// Times a transmit queue's drain reached the per-event bound with frames left and
     /// went back to the port worker's event loop (resumed by its timer, armed at once).
     tx_yields,
+    /// Times this port's worker took up a resume: a destination that had no room for its
+    /// frames got receive buffers, and that destination's worker woke this one (the resume
+    /// eventfd, `Fabric::on_resume`; per-port data path).
+    tx_resumes,
+    /// Their total wait (ns): from the destination's worker writing the resume to this
+    /// port's worker taking it up (the wake of this port's worker, and its wait for a CPU).
+    tx_resume_wait_ns,
     /// Frames dropped: larger than the destination's receive buffers can hold.
     rx_too_big,
     /// Frames dropped on a flood: the destination had no receive buffer.
@@ -83,7 +90,9 @@ counters! {
     /// Held receive notifications sent early: the driver's available buffers fell to the
     /// low-water mark (`--rx-low-water`, `rx::LowWater`).
     rx_low_water,
-    /// Queue stops: the available ring index jumped further than the queue size.
+    /// Queue stops: the available ring index jumped further than the queue size, a chain
+    /// broke a ring rule, the used ring could not be written, or the frontend revoked its
+    /// memory.
     queue_broken,
     /// Control-queue commands answered (OK or ERR).
     ctrl_commands,

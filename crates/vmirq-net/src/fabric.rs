@@ -265,6 +265,9 @@ pub struct Slot {
     tap: std::sync::OnceLock<Arc<Tap>>,
     /// Source ports waiting for room in this port's receive queue (bit per port).
     blocked: AtomicU64,
+    /// When this port's resume eventfd was first written since its worker last took a
+    /// resume up (`vmirq_vhost::clock::now_ns`; 0: none pending), for `tx_resume_wait_ns`.
+    resume_at: AtomicU64,
     /// This port's counters.
     pub counters: Arc<PortCounters>,
     /// Its receive queues' generic counters, one per queue pair.
@@ -280,6 +283,7 @@ impl Slot {
             attached: Mutex::default(),
             tap: std::sync::OnceLock::new(),
             blocked: AtomicU64::new(0),
+            resume_at: AtomicU64::new(0),
             counters: Arc::default(),
             rx_queues: (0..n).map(|_| Arc::default()).collect(),
             tx_queues: (0..n).map(|_| Arc::default()).collect(),

@@ -57,9 +57,14 @@ fn a_refill_kick_hands_the_waiting_source_to_its_own_worker() {
     );
 
     // Port 0's worker sees its resume eventfd and drains the rest.
+    std::thread::sleep(std::time::Duration::from_millis(2));
     assert!(rig.fabric.on_resume(0), "port 0 was not told to resume");
     assert_eq!(rx_frames(&rig, 1), 40);
     assert!(!rig.fabric.on_resume(0), "one resume per refill");
+    // Counted: one resume, which waited at least the 2 ms between the refill and the drain.
+    let c = rig.fabric.slot(0).expect("port").counters.snapshot();
+    assert_eq!(c.tx_resumes, 1, "{c:?}");
+    assert!(c.tx_resume_wait_ns >= 2_000_000, "{c:?}");
 }
 
 #[test]
@@ -72,6 +77,15 @@ fn a_refill_with_no_source_waiting_wakes_nobody() {
     post_rx(&mut rig.ports[1].rx, 8);
     rig.fabric.on_rx_kick(1, 0);
     assert!(!rig.fabric.on_resume(0));
+    assert_eq!(
+        rig.fabric
+            .slot(0)
+            .expect("port")
+            .counters
+            .snapshot()
+            .tx_resumes,
+        0
+    );
 }
 
 #[test]
@@ -130,4 +144,7 @@ fn a_burst_larger_than_the_receive_ring_arrives_whole_through_the_server() {
         "received {got} of {FRAMES}; port 0 waited for room {} times",
         server.handle.counters()[0].tx_backpressure
     );
+    // Port 0's own worker took the drain up after the receiver's refills.
+    let c = server.handle.counters()[0];
+    assert!(c.tx_resumes > 0 && c.tx_resume_wait_ns > 0, "{c:?}");
 }

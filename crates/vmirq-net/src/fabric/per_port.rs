@@ -71,6 +71,14 @@ impl Fabric {
             let src = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             if let Some(me) = self.attached(src) {
+                // The first resume since the source's worker took the last one up starts
+                // the wait `tx_resume_wait_ns` measures.
+                let _ = self.slots[src].resume_at.compare_exchange(
+                    0,
+                    now_ns().max(1),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
                 // Fails only when the counter would overflow: resumes are pending anyway.
                 let _ = me.resume.write(1);
             }
@@ -87,6 +95,15 @@ impl Fabric {
         };
         if me.resume.read().is_err() {
             return false;
+        }
+        let slot = &self.slots[p];
+        let at = slot.resume_at.swap(0, Ordering::AcqRel);
+        PortCounters::add(&slot.counters.tx_resumes, 1);
+        if at != 0 {
+            PortCounters::add(
+                &slot.counters.tx_resume_wait_ns,
+                now_ns().saturating_sub(at),
+            );
         }
         for q in 0..me.pairs.len() {
             self.service_txq(p, &me, q);
