@@ -65,6 +65,9 @@ counters! {
     /// Times a transmit queue's drain reached the per-event bound with frames left and
     /// went back to the port worker's event loop (resumed by its timer, armed at once).
     tx_yields,
+    /// Total time (ns) the transmit queue waited for room: from the first frame a
+    /// destination had no room for to that destination's refill (per-port data path).
+    tx_blocked_ns,
     /// Times this port's worker took up a resume: a destination that had no room for its
     /// frames got receive buffers, and that destination's worker woke this one (the resume
     /// eventfd, `Fabric::on_resume`; per-port data path).

@@ -55,6 +55,7 @@ use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryMmap};
 use vmirq_policy::moderation::{CompletionMeta, RequestKind};
 use vmirq_vhost::chain::DescTable;
+use vmirq_vhost::clock::now_ns;
 use vmirq_vhost::counters::QueueCounters;
 use vmirq_vhost::notify::{Completions, QueueNotifier};
 use vmirq_vhost::sigbus::{revoked_in, Revocation};
@@ -268,6 +269,9 @@ pub struct Slot {
     /// When this port's resume eventfd was first written since its worker last took a
     /// resume up (`vmirq_vhost::clock::now_ns`; 0: none pending), for `tx_resume_wait_ns`.
     resume_at: AtomicU64,
+    /// When this port's transmit queue began to wait for room in a destination (0: not
+    /// waiting), for `tx_blocked_ns`.
+    blocked_at: AtomicU64,
     /// This port's counters.
     pub counters: Arc<PortCounters>,
     /// Its receive queues' generic counters, one per queue pair.
@@ -284,6 +288,7 @@ impl Slot {
             tap: std::sync::OnceLock::new(),
             blocked: AtomicU64::new(0),
             resume_at: AtomicU64::new(0),
+            blocked_at: AtomicU64::new(0),
             counters: Arc::default(),
             rx_queues: (0..n).map(|_| Arc::default()).collect(),
             tx_queues: (0..n).map(|_| Arc::default()).collect(),
@@ -610,6 +615,12 @@ impl Fabric {
                     match self.deliver_to(dst, q, frame, dests, s, attempt > 0) {
                         Some(RxOutcome::Delivered(_)) => return Sent::Done,
                         Some(RxOutcome::NoRoom) if attempt == 0 => {
+                            let _ = self.slots[src].blocked_at.compare_exchange(
+                                0,
+                                now_ns().max(1),
+                                Ordering::AcqRel,
+                                Ordering::Relaxed,
+                            );
                             self.slots[dst].blocked.fetch_or(1 << src, Ordering::AcqRel);
                         }
                         Some(RxOutcome::NoRoom) => {}

@@ -60,22 +60,31 @@ impl Fabric {
         let Some(s) = self.slots.get(p) else {
             return;
         };
-        let mut mask = s.blocked.swap(0, Ordering::AcqRel);
-        if let Some(pmd) = &self.pmd {
-            if mask != 0 {
-                pmd.wake();
-            }
+        let mask = s.blocked.swap(0, Ordering::AcqRel);
+        if mask == 0 {
             return;
         }
-        while mask != 0 {
-            let src = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
+        let now = now_ns();
+        for src in bits(mask) {
+            let at = self.slots[src].blocked_at.swap(0, Ordering::AcqRel);
+            if at != 0 {
+                PortCounters::add(
+                    &self.slots[src].counters.tx_blocked_ns,
+                    now.saturating_sub(at),
+                );
+            }
+        }
+        if let Some(pmd) = &self.pmd {
+            pmd.wake();
+            return;
+        }
+        for src in bits(mask) {
             if let Some(me) = self.attached(src) {
                 // The first resume since the source's worker took the last one up starts
                 // the wait `tx_resume_wait_ns` measures.
                 let _ = self.slots[src].resume_at.compare_exchange(
                     0,
-                    now_ns().max(1),
+                    now.max(1),
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 );
@@ -405,4 +414,15 @@ impl Fabric {
             (None, None) => {}
         }
     }
+}
+
+/// The indexes of the set bits of `mask`, lowest first.
+fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            i
+        })
+    })
 }

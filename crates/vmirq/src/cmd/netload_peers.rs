@@ -147,13 +147,14 @@ impl VmirqPeer {
         for (p, c) in self.handle.counters().iter().enumerate() {
             summary.push_str(&format!(
                 "port {p}: tx_frames={} rx_frames={} dropped={} tx_yields={} tx_backpressure={} \
-                 tx_resumes={} tx_resume_wait_us={} \
+                 tx_blocked_us={} tx_resumes={} tx_resume_wait_us={} \
                  rx_parked={} rx_overtakes={} rx_reserved={} rx_low_water={}",
                 c.tx_frames,
                 c.rx_frames,
                 c.dropped(),
                 c.tx_yields,
                 c.tx_backpressure,
+                c.tx_blocked_ns / 1_000,
                 c.tx_resumes,
                 c.tx_resume_wait_ns / 1_000,
                 c.rx_parked,
