@@ -15,6 +15,8 @@
 //! | `hlt_wakeup_polling` | irqfd MSI to a halted vCPU caught by KVM halt polling |
 //! | `irq_inject` | irqfd MSI to a running vCPU, to its handler's first instruction |
 //! | `ipi_send` | x2APIC ICR write (self IPI, in-kernel LAPIC) |
+//! | `ipi_send_other_polled` | the same ICR write to the other vCPU, halted, KVM polling it |
+//! | `ipi_send_other_sleeping` | the same ICR write to the other vCPU, halted, asleep |
 //!
 //! Exit costs are per operation with the measurement loop's own cost (a `nop` loop)
 //! subtracted: since the paired loops, the p50 of per-pair differences against a `nop` span
@@ -59,6 +61,13 @@ pub struct Costs {
     /// Sending an IPI (ICR write exit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipi_send: Option<u64>,
+    /// Sending an IPI to another vCPU that is halted, KVM halt polling it (the sender's ICR
+    /// write; `vmirq kvm exits`' `ipi_other`, polled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipi_send_other_polled: Option<u64>,
+    /// Sending an IPI to another vCPU that is halted and asleep (halt polling off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipi_send_other_sleeping: Option<u64>,
 }
 
 /// The whole file.

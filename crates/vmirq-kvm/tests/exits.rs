@@ -193,3 +193,38 @@ fn a_paired_exit_to_the_vmm_costs_more_than_its_nop_reference() {
     assert!(c.net_ns.p50 > 0, "{c:?}");
     assert!(c.op_raw_ns.p50 > c.reference_raw_ns.p50, "{c:?}");
 }
+
+#[test]
+fn the_icr_write_to_the_other_vcpu_is_taken_once_per_send_and_pairs_every_sample() {
+    let Some(_serial) = common::kvm_or_skip("icr_write_to_the_other_vcpu") else {
+        return;
+    };
+    use vmirq_kvm::exits::icr::{measure, Target, SETTLE_NS};
+    let clock = TscClock::calibrate(Duration::from_millis(20));
+    for target in Target::ALL {
+        let c = measure(target, 60, clock).expect("runs");
+        eprintln!("{c:?}");
+        // 60 measured pairs plus the warm-up: one IPI per pair, each taken exactly once.
+        assert_eq!(c.ipis_sent, 60 + 16, "{c:?}");
+        assert_eq!(c.ipis_taken, c.ipis_sent, "{c:?}");
+        assert_eq!(
+            (c.op_raw_ns.n, c.reference_raw_ns.n, c.net_ns.n),
+            (60, 60, 60)
+        );
+        assert_eq!(c.halt_poll_ns, target.halt_poll_ns());
+        assert_eq!(c.settle_ns, SETTLE_NS);
+        // The settle is outside the spans: a span shorter than it shows the wait is not timed.
+        assert!(c.reference_raw_ns.p50 < SETTLE_NS, "{c:?}");
+        // An ICR write exits to KVM (in-kernel LAPIC), a `nop` does not: the write costs more.
+        assert!(c.net_ns.p50 > 0, "{c:?}");
+        assert!(c.net_ns.min <= c.net_ns.p50 && c.net_ns.p50 <= c.net_ns.max);
+        // The target halted between the IPIs (it woke once per IPI at least, when KVM
+        // has the counter); without polling, no halt ended in a poll.
+        if c.target_stats.halt_exits > 0 {
+            assert!(c.target_stats.halt_exits >= c.ipis_sent, "{c:?}");
+        }
+        if target == Target::Sleeping {
+            assert_eq!(c.target_stats.halt_successful_poll, 0, "{c:?}");
+        }
+    }
+}

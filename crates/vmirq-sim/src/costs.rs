@@ -25,6 +25,13 @@ pub struct Costs {
     /// Guest WRMSR that exits, up to the hypervisor acting on it (ICR / TSC-deadline write).
     /// seeds.md §2 breakdown: "WRMSR 400" cycles at 2.6 GHz.
     pub wrmsr_exit_ns: Nanos,
+    /// The ICR write of an IPI to *another* vCPU, as its sender pays it, where it differs
+    /// from [`Costs::wrmsr_exit_ns`] (a self-IPI's, or any local MSR write's): the LAPIC
+    /// delivery into another vCPU's state and the kick path, with no thread woken. `None`
+    /// (every era profile, `this-host` v1-v8): [`Costs::wrmsr_exit_ns`], see
+    /// [`Costs::ipi_send_other`]. `this-host` profiles v9 on measure it (`vmirq kvm exits`'
+    /// `ipi_other`, polled: vCPU 1's ICR write to halted vCPU 0 that KVM polls).
+    pub ipi_send_other_ns: Option<Nanos>,
     /// Direct cost of one exit and re-entry (world switch out and back) for a light exit
     /// handled in the kernel. wakeup.md §3.3 (SplitX): ~2,000 cycles on a 2.93 GHz Xeon.
     pub exit_roundtrip_ns: Nanos,
@@ -146,10 +153,21 @@ pub struct Costs {
     pub host_irq_ns: Nanos,
 }
 
+impl Costs {
+    /// What a vCPU's ICR write of an IPI to another vCPU costs it:
+    /// [`Costs::ipi_send_other_ns`] where the profile sets it, else
+    /// [`Costs::wrmsr_exit_ns`].
+    #[must_use]
+    pub fn ipi_send_other(&self) -> Nanos {
+        self.ipi_send_other_ns.unwrap_or(self.wrmsr_exit_ns)
+    }
+}
+
 impl Default for Costs {
     fn default() -> Self {
         Self {
             wrmsr_exit_ns: snb_cycles(400),
+            ipi_send_other_ns: None,
             exit_roundtrip_ns: 683, // 2,000 cycles at 2.93 GHz
             kick_ns: snb_cycles(1_200),
             sched_wakeup_ns: snb_cycles(8_500),
@@ -221,8 +239,9 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 32] = [
+pub const FIELDS: [&str; 33] = [
     "wrmsr_exit_ns",
+    "ipi_send_other_ns",
     "exit_roundtrip_ns",
     "kick_ns",
     "sched_wakeup_ns",
@@ -271,7 +290,8 @@ pub type CostOverrides = (Vec<(&'static str, u64)>, Vec<String>);
 /// Parse a `vmirq-costs-v1` JSON document into `(field, ns)` overrides of [`Costs`] and the
 /// keys that were ignored (the caller logs them). Mapping: `hypercall_exit` / `cpuid_exit`
 /// (a light in-kernel exit round trip) -> `exit_roundtrip_ns`; `ipi_send` ->
-/// `wrmsr_exit_ns`; `irq_inject` -> `guest_irq_entry_ns`. The composite wakeup latencies
+/// `wrmsr_exit_ns`; `ipi_send_other_polled` -> `ipi_send_other_ns`; `irq_inject` ->
+/// `guest_irq_entry_ns`. The composite wakeup latencies
 /// (`hlt_wakeup_*`) are *results* of the model, so they are never inputs and are ignored.
 /// A [`SIM_FORMAT`] document (a host profile) sets [`Costs`] fields by name instead.
 ///
@@ -301,6 +321,7 @@ pub fn file_overrides(json: &str) -> Result<CostOverrides, CostsError> {
         match k.as_str() {
             "hypercall_exit" | "cpuid_exit" => set.push(("exit_roundtrip_ns", v)),
             "ipi_send" => set.push(("wrmsr_exit_ns", v)),
+            "ipi_send_other_polled" => set.push(("ipi_send_other_ns", v)),
             "irq_inject" => set.push(("guest_irq_entry_ns", v)),
             _ => ignored.push(k),
         }
@@ -334,14 +355,18 @@ mod tests {
     #[test]
     fn costs_file_maps_known_keys_and_reports_others() {
         let (set, ign) = file_overrides(
-            r#"{"format":"vmirq-costs-v1","source":"t","costs_ns":{"cpuid_exit":900,"hlt_wakeup_sleeping":30000,"pio_exit_to_user":8000}}"#,
+            r#"{"format":"vmirq-costs-v1","source":"t","costs_ns":{"cpuid_exit":900,"hlt_wakeup_sleeping":30000,"ipi_send_other_polled":2400,"ipi_send_other_sleeping":8400,"pio_exit_to_user":8000}}"#,
         )
         .expect("valid");
-        assert_eq!(set, vec![("exit_roundtrip_ns", 900)]);
+        assert_eq!(
+            set,
+            vec![("exit_roundtrip_ns", 900), ("ipi_send_other_ns", 2400)]
+        );
         assert_eq!(
             ign,
             vec![
                 "hlt_wakeup_sleeping".to_string(),
+                "ipi_send_other_sleeping".to_string(),
                 "pio_exit_to_user".to_string()
             ]
         );
@@ -358,6 +383,25 @@ mod tests {
         assert!(ign.is_empty());
         let e = file_overrides(r#"{"format":"vmirq-sim-costs-v1","costs_ns":{"kick":1}}"#);
         assert!(matches!(e, Err(CostsError::Field(k)) if k == "kick"));
+    }
+
+    #[test]
+    fn the_ipi_to_another_vcpu_costs_the_wrmsr_unless_the_profile_sets_it() {
+        let c = Costs {
+            wrmsr_exit_ns: 1_900,
+            ..Costs::default()
+        };
+        assert_eq!(c.ipi_send_other(), 1_900);
+        let c = Costs {
+            ipi_send_other_ns: Some(2_400),
+            ..c
+        };
+        assert_eq!((c.ipi_send_other(), c.wrmsr_exit_ns), (2_400, 1_900));
+        let (set, _) = file_overrides(
+            r#"{"format":"vmirq-sim-costs-v1","costs_ns":{"ipi_send_other_ns":2400}}"#,
+        )
+        .expect("valid");
+        assert_eq!(set, vec![("ipi_send_other_ns", 2_400)]);
     }
 
     #[test]

@@ -50,6 +50,18 @@ fn irqfd_wake_is_the_sum_of_the_primitives_on_its_path() {
         value(&r, "ipi-100-off", "wakeup_ns.p50"),
         slept + cost(&sets, "wrmsr_exit_ns")
     );
+    // A profile that measured the ICR write to another vCPU (v9) charges that instead, on
+    // the IPI path only: the irqfd cells do not move.
+    let mut v9 = sets.clone();
+    v9.push("costs.ipi_send_other_ns=4321".into());
+    let refs: Vec<&str> = v9.iter().map(String::as_str).collect();
+    let r9 = run_scenario("this_host_wake", &refs);
+    assert_ne!(cost(&sets, "wrmsr_exit_ns"), 4321.0);
+    assert_eq!(value(&r9, "ipi-100-off", "wakeup_ns.p50"), slept + 4321.0);
+    assert_eq!(
+        value(&r9, "irqfd-100-off", "wakeup_ns.p50"),
+        value(&r, "irqfd-100-off", "wakeup_ns.p50")
+    );
 }
 
 #[test]

@@ -1,6 +1,23 @@
 #!/usr/bin/env python3
 """Build the vmirq-sim `this-host` costs (format vmirq-sim-costs-v1) from primitive
-measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] [--v8] MEASURE_DIR > profile.json
+measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] [--v8] [--v9] MEASURE_DIR > profile.json
+
+--v9 (profile v9, tenth session, helper `icrprobe`): v8 plus the ICR write of an IPI to
+*another* vCPU, from `vmirq kvm exits`' `ipi_other[]` (since vmirq-kvm ab5b392): vCPU 1
+alternates the `ipi_self` span, aimed at APIC id 0 = vCPU 0, halted with KVM halt polling at
+200 us as the polled wake cells' target, with a `nop` span, each after the target took the
+previous IPI and 30 us more; the net cost is the p50 of the per-pair differences:
+  ipi_send_other_ns = max(0, ipi_other[target=polled].net_ns.p50), median over the rounds
+                      whose target polled (polled_share_pct >= 90); if none did, v8's
+                      wrmsr_exit_ns (said so in the derivation). A round whose target's polls
+                      failed (another task runnable on its CPU: a loaded host) measures the
+                      ICR write to a sleeping target, which wakes its thread (~8-10 us here).
+vmirq-sim charges it for every ICR write to another vCPU (`Costs::ipi_send_other`), i.e.
+the IPI wake cells' send; wrmsr_exit_ns (the self-IPI) stays v8's for every other MSR or
+register write it stands for (timer writes, EOIs, storage register exits, kicks). The
+sleeping variant (polling off: the ICR write then also wakes the target's thread, the model's
+kick) is recorded only, as ipi_other_sleeping_ns, with the polled variant's polled share
+(ipi_other_polled_share_pct). Exits files without `ipi_other` stop the script.
 
 --v8 (profile v8, ninth session, helper `simprobe`): v7 with the two exit costs it derives by
 subtraction taken from `vmirq kvm exits`' paired loops (`paired[]`, since vmirq-kvm f0efc07),
@@ -155,14 +172,15 @@ def main():
     args = sys.argv[1:]
     reentry = "--reentry" in args
     halt = "--halt" in args
-    v8 = "--v8" in args
+    v9 = "--v9" in args
+    v8 = "--v8" in args or v9
     v7 = "--v7" in args or v8
     v6 = "--v6" in args or v7
     v5 = "--v5" in args or v6
     v4 = "--v4" in args or v5
     if v4 and (reentry or halt):
         sys.exit("--v4/--v5 are v1's mapping plus primitives: no --reentry or --halt with them")
-    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7", "--v8")][0]
+    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7", "--v8", "--v9")][0]
     rows = [json.loads(l) for l in open(os.path.join(d, "primitives.jsonl")) if l.strip()]
     exits = {}
     for p in sorted(glob.glob(os.path.join(d, "exits-*.json"))):
@@ -192,6 +210,14 @@ def main():
                 return p
         raise KeyError((r, name, reference))
 
+    def ipi_other(r, target):
+        if "ipi_other" not in exits[r]:
+            sys.exit(f"--v9: exits-{r}.json has no ipi_other (vmirq kvm exits before ab5b392)")
+        for c in exits[r]["ipi_other"]:
+            if c["target"] == target:
+                return c
+        return None
+
     per = {k: [] for k in ["insn", "kick_ns", "sched_wakeup_ns", "poll_notice_ns",
                            "wrmsr_exit_ns", "wake_30_ns", "timerfd_ns", "reentry_penalty_ns",
                            "halt_roundtrip_ns", "signal_ns", "halt_poll_notice_ns",
@@ -209,6 +235,9 @@ def main():
     if v8:
         per["ipi_self_paired_ns"] = []
         per["irq_entry_paired_ns"] = []
+    if v9:
+        for k in ("ipi_other_polled_ns", "ipi_other_sleeping_ns", "ipi_other_polled_share_pct"):
+            per[k] = []
     for c in spreads:
         per[f"{c}_lo_ns"] = []
         per[f"{c}_hi_ns"] = []
@@ -286,6 +315,22 @@ def main():
         if v8:
             per["ipi_self_paired_ns"].append(paired(r, "ipi_self", "baseline")["net_ns"]["p50"])
             per["irq_entry_paired_ns"].append(paired(r, "irq_entry", "pio_user")["net_ns"]["p50"])
+        if v9:
+            # A round whose probe failed (logged, left out of the JSON) adds nothing; a
+            # cost no round measured stops the script below (KeyError on its median).
+            polled, sleeping = ipi_other(r, "polled"), ipi_other(r, "sleeping")
+            if polled:
+                per["ipi_other_polled_share_pct"].append(round(polled["polled_share_pct"]))
+                if polled["polled_share_pct"] >= 90:
+                    per["ipi_other_polled_ns"].append(polled["net_ns"]["p50"])
+                else:
+                    print(f"round {r}: the ICR probe's target polled "
+                          f"{polled['polled_share_pct']:.0f} % of its halts: its "
+                          f"{polled['net_ns']['p50']} ns is left out", file=sys.stderr)
+            else:
+                print(f"round {r}: exits has no polled ipi_other: left out", file=sys.stderr)
+            if sleeping:
+                per["ipi_other_sleeping_ns"].append(sleeping["net_ns"]["p50"])
         if reentry:
             per["reentry_penalty_ns"].append(exits[r]["reentry"]["penalty_ns"])
         if halt:
@@ -341,6 +386,9 @@ def main():
         for c in spreads:
             costs[f"{c}_lo_ns"] = s[f"{c}_lo_ns"][0]
             costs[f"{c}_hi_ns"] = s[f"{c}_hi_ns"][0]
+    if v9:
+        polled = s.get("ipi_other_polled_ns")
+        costs["ipi_send_other_ns"] = max(0, polled[0]) if polled else costs["wrmsr_exit_ns"]
     dates = sorted(x["date"] for x in rows if x["round"] in rounds)
     loads = sorted((x["loadavg"] for x in rows if x["round"] in rounds), key=lambda s: float(s.split()[0]))
     out = {
@@ -391,6 +439,14 @@ def main():
                                    + f"{c}_ns, vmirq-sim costs::spread_draw)")
                 for c, src in spreads.items() for side in ("lo", "hi")}
                if v7 else {}),
+            **({"ipi_send_other_ns": ("max(0, exits ipi_other polled: vCPU 1's ICR write to halted "
+                                      "vCPU 0 (halt poll 200 us, 30 us after its last wake) - nop: "
+                                      "p50 of per-pair differences; rounds whose target polled "
+                                      ">= 90 % of its halts); the IPI wake cells' send"
+                                      if "ipi_other_polled_ns" in s else
+                                      "wrmsr_exit_ns: no round's ICR probe target polled >= 90 % "
+                                      "of its halts (a loaded host), so v8's self-IPI")}
+               if v9 else {}),
             "not used": "exits hlt_wakeup_sleeping/hlt_wakeup_polling (composites to predict), "
                         "irq_inject (running vCPU), pio/mmio/hlt to user (no such path in "
                         "the scenarios); probes wake @30us, timerfd and signal are recorded only"

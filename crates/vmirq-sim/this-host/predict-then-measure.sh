@@ -5,7 +5,8 @@
 #   (a) wait for a quiet second (>= 90 % idle, at most WAIT_S s), measure the primitives
 #       (measure-primitives.sh, PRIM_ROUNDS rounds);
 #   (b) build the profile from them alone (make-profile.py $PROFILE_FLAGS, default --v8;
-#       PROFILE_FLAGS=--v7 reproduces the eighth session's profile);
+#       PROFILE_FLAGS=--v7 reproduces the eighth session's profile; PROFILE_FLAGS=--v9 adds
+#       the ICR write to another vCPU, tenth session);
 #   (c) predict `vmirq kvm wake` (irqfd/IPI x polling off/200 us x 20/30/50/100 us) and
 #       `vmirq kvm device` (none, count) with `vmirq sim`, write prediction.md, and
 #       `git commit` OUT_DIR: the prediction is committed before any composite exists;
@@ -60,13 +61,13 @@ python3 "$here/make-profile.py" $flags "$out" > "$out/profile.json"
 insn=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["costs_ns"]["exit_roundtrip_ns"])' "$out/profile.json")
 "$vmirq" sim scenarios/this_host_wake_v3.toml --costs "$out/profile.json" \
   --json "$out/prediction-wake.json" > /dev/null
-# v6 on (and v7, which is v6 plus the costs' measured spread, and v8, v7 with paired net costs), two facts of `vmirq kvm device` the model had wrong (README, seventh session):
+# v6 on (and v7, which is v6 plus the costs' measured spread, v8, v7 with paired net costs, and v9, v8 with the ICR write to another vCPU), two facts of `vmirq kvm device` the model had wrong (README, seventh session):
 # the driver's handler masks interrupts (an interrupt gate, no `sti`), so a device interrupt
 # that arrives during its delivery or handler waits and merges; the device thread polls the
 # submitted count, so it has a request before the doorbell's exit ends.
 mask=()
 case " $flags " in
-  *" --v6 "* | *" --v7 "* | *" --v8 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
+  *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
 esac
 "$vmirq" sim scenarios/this_host_device.toml --costs "$out/profile.json" \
   --set "workload.isr_ns=$(( 26 * insn ))" "${mask[@]}" --json "$out/prediction-device.json" > /dev/null

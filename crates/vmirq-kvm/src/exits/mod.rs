@@ -8,6 +8,7 @@
 //! ([`ExitsReport::paired`]), which the baseline's drift between phases does not move.
 
 pub mod forced;
+pub mod icr;
 pub mod irqfd;
 pub mod paired;
 pub mod reentry;
@@ -15,6 +16,7 @@ mod report;
 pub mod timer;
 
 pub use forced::ForcedIrq;
+pub use icr::IpiOther;
 pub use irqfd::IrqfdWrite;
 pub use paired::PairedCost;
 pub use reentry::Reentry;
@@ -91,6 +93,9 @@ pub struct ExitsReport {
     /// An irqfd interrupt forced into a vCPU running guest ring-3 code (see [`ForcedIrq`]);
     /// `None` if it failed here (the reason is logged).
     pub forced_irq: Option<ForcedIrq>,
+    /// The ICR write to the other vCPU, halted (see [`icr`]): polled, then sleeping; a
+    /// variant that failed here is left out (the reason is logged).
+    pub ipi_other: Vec<IpiOther>,
     /// The costs file content.
     pub costs: CostsFile,
 }
@@ -260,7 +265,15 @@ pub fn measure_all(
     let forced_irq = forced::measure(iterations, clock)
         .map_err(|e| tracing::warn!(%e, "forced interrupt loop failed"))
         .ok();
-    let costs = costs_of(&ops, &paired, &wake_cells);
+    let ipi_other: Vec<IpiOther> = icr::Target::ALL
+        .into_iter()
+        .filter_map(|target| {
+            icr::measure(target, iterations, clock)
+                .map_err(|e| tracing::warn!(%e, ?target, "ICR write to the other vCPU failed"))
+                .ok()
+        })
+        .collect();
+    let costs = costs_of(&ops, &paired, &wake_cells, &ipi_other);
     Ok(ExitsReport {
         tsc_ghz: clock.ghz,
         loadavg: crate::host::loadavg(),
@@ -274,6 +287,7 @@ pub fn measure_all(
         timer,
         irqfd_write,
         forced_irq,
+        ipi_other,
         costs: CostsFile::new(source, costs),
     })
 }
@@ -331,14 +345,26 @@ pub const MIN_NET_NS: u64 = 100;
 pub const MAX_IRQ_INJECT_NS: u64 = 100_000;
 
 /// Exit costs are the paired net p50s (against the baseline) where the pair ran, else the
-/// single-operation loops' `net_p50_ns`.
-fn costs_of(ops: &[OpCost], paired: &[PairedCost], wakes: &[(String, Cell)]) -> Costs {
+/// single-operation loops' `net_p50_ns`; the ICR write to the other vCPU its paired net p50.
+fn costs_of(
+    ops: &[OpCost],
+    paired: &[PairedCost],
+    wakes: &[(String, Cell)],
+    ipi_other: &[IpiOther],
+) -> Costs {
     let net = |op: ExitOp| {
         let pair = paired
             .iter()
             .find(|c| c.pair.op == op && c.pair.reference == ExitOp::Baseline)
             .map(|c| u64::try_from(c.net_ns.p50).unwrap_or(0));
         pair.or_else(|| ops.iter().find(|o| o.op == op).map(|o| o.net_p50_ns))
+            .filter(|&ns| ns >= MIN_NET_NS)
+    };
+    let other = |target: icr::Target| {
+        ipi_other
+            .iter()
+            .find(|c| c.target == target)
+            .and_then(|c| u64::try_from(c.net_ns.p50).ok())
             .filter(|&ns| ns >= MIN_NET_NS)
     };
     let wake = |k: &str| {
@@ -357,5 +383,7 @@ fn costs_of(ops: &[OpCost], paired: &[PairedCost], wakes: &[(String, Cell)]) -> 
         hlt_wakeup_polling: wake("hlt_wakeup_polling"),
         irq_inject: wake("irq_inject").filter(|&ns| ns <= MAX_IRQ_INJECT_NS),
         ipi_send: net(ExitOp::IpiSelf),
+        ipi_send_other_polled: other(icr::Target::Polled),
+        ipi_send_other_sleeping: other(icr::Target::Sleeping),
     }
 }

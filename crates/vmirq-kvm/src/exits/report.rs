@@ -99,7 +99,8 @@ pub fn table(r: &ExitsReport) -> Table {
 /// One row per pair: the single-operation loops' net p50 (`old_net`: the op's p50 minus the
 /// separately measured baseline's, or for a [`ExitOp::PioUser`] reference the difference of
 /// the two ops' net p50s, as host profiles v5-v7 take it) beside the paired net (p10, p50,
-/// p90 of op minus reference, pair by pair).
+/// p90 of op minus reference, pair by pair), then the ICR write to the other vCPU
+/// ([`super::icr`]) per target state, with the share of its halts a poll ended.
 #[must_use]
 pub fn paired_table(r: &ExitsReport) -> Table {
     let mut t = Table::new(&[
@@ -127,6 +128,24 @@ pub fn paired_table(r: &ExitsReport) -> Table {
             signed_us(c.net_ns.p50),
             signed_us(c.net_ns.p90),
             c.user_exits.to_string(),
+        ]);
+    }
+    for c in &r.ipi_other {
+        // The ICR write of `IpiSelf`, sent from vCPU 1 to the halted vCPU 0.
+        t.row(vec![
+            format!(
+                "IpiOther({:?}, {:.0}% polled)",
+                c.target, c.polled_share_pct
+            ),
+            format!("{:?}", ExitOp::Baseline),
+            c.net_ns.n.to_string(),
+            us(c.op_raw_ns.p50),
+            us(c.reference_raw_ns.p50),
+            "-".into(),
+            signed_us(c.net_ns.p10),
+            signed_us(c.net_ns.p50),
+            signed_us(c.net_ns.p90),
+            "0".into(),
         ]);
     }
     for (pair, why) in &r.paired_failed {

@@ -8,6 +8,7 @@
 pub mod device;
 pub mod exits;
 pub mod forced;
+pub mod icr;
 pub mod ipi;
 pub mod paired;
 pub mod timer;

@@ -51,7 +51,9 @@ pub fn program(opts: WakeGuest) -> Result<Program> {
     b.finish()
 }
 
-fn emit(b: &mut Builder, opts: WakeGuest) -> AsmResult {
+/// Emit the wake program into `b`: vCPU 0's entry, idle loop and handler, and with
+/// `opts.sender` vCPU 1's IPI sender. Other programs reuse vCPU 0 as their halted target.
+pub(super) fn emit(b: &mut Builder, opts: WakeGuest) -> AsmResult {
     b.entry()?;
     store_tsc(b, mailbox::BOOT_TSC)?;
     if opts.apic {

@@ -606,7 +606,7 @@ impl Core {
     }
 
     /// A guest reschedule: elided (polling flag) if `to` polls in the guest, else an IPI.
-    /// `from` pays the ICR write exit.
+    /// `from` pays the ICR write exit (`Costs::ipi_send_other` to another vCPU).
     pub fn send_ipi(&mut self, from: VcpuId, to: VcpuId, src: IrqSrc) -> Result<()> {
         let irq = Irq {
             src,
@@ -626,7 +626,12 @@ impl Core {
             (self.costs.native_msr_ns, Cat::Guest)
         } else {
             self.metrics.count("exits_icr");
-            (self.costs.wrmsr_exit_ns, Cat::Exit)
+            let ns = if from == to {
+                self.costs.wrmsr_exit_ns
+            } else {
+                self.costs.ipi_send_other()
+            };
+            (ns, Cat::Exit)
         };
         self.vcpus[from].work.push_front(Work {
             ns,
