@@ -67,7 +67,7 @@ insn=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["costs_ns
 # submitted count, so it has a request before the doorbell's exit ends.
 mask=()
 case " $flags " in
-  *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
+  *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "* | *" --v10 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
 esac
 "$vmirq" sim scenarios/this_host_device.toml --costs "$out/profile.json" \
   --set "workload.isr_ns=$(( 26 * insn ))" "${mask[@]}" --json "$out/prediction-device.json" > /dev/null
