@@ -16,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$top"
 for w in "$@"; do
   name=$(basename "$w")
-  for v in v6 v7; do
+  for v in ${PROFILES:-v6 v7}; do
     p=$tmp/$name-$v
     python3 "$here/make-profile.py" --$v "$w" > "$p-profile.json"
     insn=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["costs_ns"]["exit_roundtrip_ns"])' "$p-profile.json")
