@@ -8,44 +8,39 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::manual_io::manual_io;
-use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, REGION0_LEN, REGION1_START};
+use vmirq_blk::mock_guest::BlkRequests;
+use vmirq_blk::mock_guest::{DeviceOpts, TestDevice, REGION0_LEN};
 
 const QUEUE_SIZE: u16 = 32;
 
-/// Addresses that exercise every interesting region of guest memory.
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Addr {
-    /// Inside region 0's data area.
-    Data(u32),
-    /// Just before the hole between the regions.
-    BeforeHole(u16),
-    /// Inside region 1.
-    Region1(u16),
-    /// Anything at all.
-    Raw(u64),
-}
+#[path = "../common/guest_addr.rs"]
+mod guest_addr;
+use guest_addr::Addr;
 
-impl Addr {
-    fn resolve(self) -> u64 {
-        match self {
-            Addr::Data(x) => (1 << 20) + u64::from(x) % (REGION0_LEN - (2 << 20)),
-            Addr::BeforeHole(x) => REGION0_LEN - 1 - u64::from(x),
-            Addr::Region1(x) => REGION1_START + u64::from(x),
-            Addr::Raw(x) => x,
-        }
-    }
-}
+/// Region 0's data area, where `Addr::Data` lands.
+const DATA_AREA: (u64, u64) = (1 << 20, REGION0_LEN - (1 << 20));
 
 #[derive(Arbitrary, Debug)]
 enum Op {
     /// Write one descriptor table entry.
-    Desc { index: u8, addr: Addr, len: u32, flags: u8, next: u16 },
+    Desc {
+        index: u8,
+        addr: Addr,
+        len: u32,
+        flags: u8,
+        next: u16,
+    },
     /// Put a head index (any value) in the available ring.
     Publish { head: u16 },
     /// A well-formed request: type (raw), sector, data buffer lengths, buffer direction.
-    Request { kind: u8, sector: u64, lens: [u16; 2], nbufs: u8, write: bool },
+    Request {
+        kind: u8,
+        sector: u64,
+        lens: [u16; 2],
+        nbufs: u8,
+        write: bool,
+    },
     /// Move the driver's EVENT_IDX threshold.
     UsedEvent(u16),
     /// Kick the queue.
@@ -76,10 +71,19 @@ struct Input {
     ops: Vec<Op>,
 }
 
-const POLICIES: &[&str] = &["none", "count:usecs=50,frames=4", "vic", "dim", "spdk", "budget:us=20"];
+const POLICIES: &[&str] = &[
+    "none",
+    "count:usecs=50,frames=4",
+    "vic",
+    "dim",
+    "spdk",
+    "budget:us=20",
+];
 
 fuzz_target!(|input: Input| {
-    let moderation = POLICIES[usize::from(input.moderation) % POLICIES.len()].parse().expect("spec");
+    let moderation = POLICIES[usize::from(input.moderation) % POLICIES.len()]
+        .parse()
+        .expect("spec");
     let opts = DeviceOpts {
         queue_size: QUEUE_SIZE,
         event_idx: input.event_idx,
@@ -101,12 +105,30 @@ fuzz_target!(|input: Input| {
     let mut requests = Vec::new();
     for op in input.ops.into_iter().take(64) {
         match op {
-            Op::Desc { index, addr, len, flags, next } => {
+            Op::Desc {
+                index,
+                addr,
+                len,
+                flags,
+                next,
+            } => {
                 let index = u16::from(index) % QUEUE_SIZE;
-                d.guest.write_desc(index, addr.resolve(), len, u16::from(flags & 7), next);
+                d.guest.write_desc(
+                    index,
+                    addr.resolve(DATA_AREA),
+                    len,
+                    u16::from(flags & 7),
+                    next,
+                );
             }
             Op::Publish { head } => d.guest.publish(head),
-            Op::Request { kind, sector, lens, nbufs, write } => {
+            Op::Request {
+                kind,
+                sector,
+                lens,
+                nbufs,
+                write,
+            } => {
                 let kinds = [0, 1, 4, 8, 11, 13, u32::from(kind)];
                 let kind = kinds[usize::from(kind) % kinds.len()];
                 let n = usize::from(nbufs % 3);
@@ -129,10 +151,16 @@ fuzz_target!(|input: Input| {
             Op::IoReady => d.io_ready(),
         }
         if let Some(c) = capacity {
-            assert!(d.engine.in_flight() <= c, "more requests in flight than storage takes");
+            assert!(
+                d.engine.in_flight() <= c,
+                "more requests in flight than storage takes"
+            );
         }
         for (id, len) in d.guest.take_used() {
-            assert!(id < u32::from(QUEUE_SIZE), "used entry for descriptor {id} outside the table");
+            assert!(
+                id < u32::from(QUEUE_SIZE),
+                "used entry for descriptor {id} outside the table"
+            );
             // Every completion carries its status byte (a chain without one is never completed).
             assert!(len >= 1, "chain {id} completed without a status byte");
         }
@@ -149,7 +177,11 @@ fuzz_target!(|input: Input| {
             }
             d.io_ready();
         }
-        assert_eq!(d.engine.in_flight(), 0, "requests left in flight after storage finished");
+        assert_eq!(
+            d.engine.in_flight(),
+            0,
+            "requests left in flight after storage finished"
+        );
     }
     let _ = d.guest.take_used();
 });

@@ -17,36 +17,19 @@ use vmirq_net::rx::{deliver, RxOutcome, RxScratch};
 use vmirq_net::tx::{read_chain, scan_chain, COPY_LEN};
 use vmirq_net::virtio::{ETH_HDR_LEN, FRAME_LEN_MAX, HDR_LEN};
 use vmirq_vhost::chain::{DescTable, TableView};
-use vmirq_vhost::mock_guest::{MockGuest, F_INDIRECT, F_NEXT, F_WRITE, REGION0_LEN, REGION1_START};
+use vmirq_vhost::mock_guest::{MockGuest, F_INDIRECT, F_NEXT, F_WRITE};
 
 /// Entries of the queues' descriptor tables.
 const SIZE: u16 = 16;
 /// Where the fuzzer's buffers go in region 0 (above the mock guest's rings).
 const DATA: u64 = 1 << 20;
 
-/// Addresses that reach every interesting part of guest memory.
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Addr {
-    /// Inside the data area of region 0.
-    Data(u16),
-    /// Just before the hole between the regions (a buffer may run into it).
-    BeforeHole(u16),
-    /// Inside region 1.
-    Region1(u16),
-    /// Anything at all (the rings themselves, the hole, past the end, overflow).
-    Raw(u64),
-}
+#[path = "../common/guest_addr.rs"]
+mod guest_addr;
+use guest_addr::Addr;
 
-impl Addr {
-    fn resolve(self) -> u64 {
-        match self {
-            Addr::Data(x) => DATA + u64::from(x) * 16,
-            Addr::BeforeHole(x) => REGION0_LEN - 1 - u64::from(x),
-            Addr::Region1(x) => REGION1_START + u64::from(x),
-            Addr::Raw(x) => x,
-        }
-    }
-}
+/// Where `Addr::Data` lands: the buffers the transmit side fills with the input's bytes.
+const DATA_AREA: (u64, u64) = (DATA, DATA + (64 << 10));
 
 /// One raw descriptor: table index, address, length, flags (NEXT, WRITE, INDIRECT in the
 /// low three bits), next index.
@@ -129,7 +112,7 @@ fn transmit(input: &Input) {
     for d in input.tx_descs.iter().take(64) {
         g.write_desc(
             u16::from(d.index) % SIZE,
-            d.addr.resolve(),
+            d.addr.resolve(DATA_AREA),
             d.len(),
             d.flags(),
             u16::from(d.next),
@@ -179,7 +162,13 @@ fn receive(ops: &[RxOp]) {
         match *op {
             RxOp::Desc(d) => {
                 let i = u16::from(d.index) % SIZE;
-                g.write_desc(i, d.addr.resolve(), d.len(), d.flags(), u16::from(d.next));
+                g.write_desc(
+                    i,
+                    d.addr.resolve(DATA_AREA),
+                    d.len(),
+                    d.flags(),
+                    u16::from(d.next),
+                );
                 table[usize::from(i)] = Some(d);
             }
             RxOp::Publish(head) => g.publish(head),
@@ -196,7 +185,7 @@ fn receive(ops: &[RxOp]) {
                     .flatten()
                     .filter(|d| d.flags() & F_WRITE != 0)
                     .map(|d| {
-                        let a = d.addr.resolve();
+                        let a = d.addr.resolve(DATA_AREA);
                         (a, a.saturating_add(u64::from(d.len())))
                     })
                     .collect();
