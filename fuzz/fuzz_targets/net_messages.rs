@@ -91,7 +91,7 @@ fn switch() -> &'static Switch {
 enum Fd {
     /// A memfd of this many 4 KiB pages.
     Memfd(u8),
-    EventFd,
+    Event,
     DevNull,
     Socket,
     /// A queue's own call eventfd.
@@ -248,7 +248,7 @@ type Keep = Vec<Box<dyn AsRawFd>>;
 fn make_fd(fd: Fd, s: &Session, keep: &mut Keep) -> Option<RawFd> {
     let owner: Box<dyn AsRawFd> = match fd {
         Fd::Memfd(pages) => Box::new(memfd(u64::from(pages) * 4096).ok()?),
-        Fd::EventFd => Box::new(vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).ok()?),
+        Fd::Event => Box::new(vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).ok()?),
         Fd::DevNull => Box::new(File::open("/dev/null").ok()?),
         Fd::Socket => Box::new(UnixStream::pair().ok()?.0),
         Fd::Call(q) => return Some(s.queues[usize::from(q % QUEUES as u8)].call.as_raw_fd()),
@@ -538,7 +538,7 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
                 .filter_map(|f| make_fd(f, s, &mut keep))
                 .collect();
             let value = match which & 0xc {
-                0 => value % u64::from(QUEUES) | (value & 0x100),
+                0 => (value % u64::from(QUEUES)) | (value & 0x100),
                 4 => value & 0x1ff,
                 _ => value,
             };
