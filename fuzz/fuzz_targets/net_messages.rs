@@ -239,6 +239,11 @@ enum Op {
         pair: bool,
         n: u8,
     },
+    /// A frame from the peer to port 0 on the peer's pair (port 0's receive path).
+    PeerFrame {
+        pair: bool,
+        len: u16,
+    },
 }
 
 /// Descriptors kept open until the message that carries them is sent.
@@ -267,11 +272,11 @@ fn vring_index(index: u32) -> u32 {
     }
 }
 
-/// Push `n` device-writable buffers of `len` bytes on queue `q` and kick.
+/// Push `n % 8` device-writable buffers of `1 + len % 2048` bytes on queue `q` and kick.
 fn rx_buffers(s: &mut Session, q: u16, n: u8, len: u16) {
     let g = &mut s.queues[usize::from(q)].guest;
     for _ in 0..n % 8 {
-        let len = u32::from(len % 2048).max(1);
+        let len = 1 + u32::from(len % 2048);
         let addr = g.alloc(len);
         g.push_chain(&[Desc {
             addr,
@@ -280,6 +285,27 @@ fn rx_buffers(s: &mut Session, q: u16, n: u8, len: u16) {
         }]);
     }
     let _ = s.kick(q);
+}
+
+/// A frame of `len % 1600` bytes (at least an Ethernet header) from `src` to `dst` behind
+/// a net header whose first byte is `hdr0`, on transmit queue `tx`, kicked.
+fn send_frame(s: &mut Session, tx: u16, dst: [u8; 6], src: [u8; 6], len: u16, hdr0: u8) {
+    let len = usize::from(len % 1600);
+    let mut frame = vec![0u8; HDR_LEN + len.max(14)];
+    frame[0] = hdr0;
+    frame[HDR_LEN..HDR_LEN + 6].copy_from_slice(&dst);
+    frame[HDR_LEN + 6..HDR_LEN + 12].copy_from_slice(&src);
+    frame[HDR_LEN + 12..HDR_LEN + 14].copy_from_slice(&[0x08, 0x00]);
+    let g = &mut s.queues[usize::from(tx)].guest;
+    let n = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+    let addr = g.alloc(n);
+    g.mem_write(addr, &frame);
+    g.push_chain(&[Desc {
+        addr,
+        len: n,
+        write: false,
+    }]);
+    let _ = s.kick(tx);
 }
 
 /// SET_OWNER, the feature exchange with `acked` features, protocol features `protocol`.
@@ -313,7 +339,7 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
                 let _ = s.start_vring(i);
             }
             for pair in 0..PAIRS {
-                rx_buffers(s, 2 * pair, 4, 2048);
+                rx_buffers(s, 2 * pair, 4, 2047);
             }
             if with_peer && peer.is_none() {
                 *peer = connect_peer();
@@ -352,28 +378,25 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
             len,
             hdr0,
         } => {
-            let tx = 2 * u16::from(pair) + 1;
             let dst = match to % 3 {
                 0 => default_mac(1),
                 1 => [0xff; 6],
                 _ => default_mac(0),
             };
-            let len = usize::from(len % 1600);
-            let mut frame = vec![0u8; HDR_LEN + len.max(14)];
-            frame[0] = if hdr0 & 0x80 != 0 { hdr0 & 0x7f } else { 0 };
-            frame[HDR_LEN..HDR_LEN + 6].copy_from_slice(&dst);
-            frame[HDR_LEN + 6..HDR_LEN + 12].copy_from_slice(&default_mac(0));
-            frame[HDR_LEN + 12..HDR_LEN + 14].copy_from_slice(&[0x08, 0x00]);
-            let g = &mut s.queues[usize::from(tx)].guest;
-            let n = u32::try_from(frame.len()).unwrap_or(u32::MAX);
-            let addr = g.alloc(n);
-            g.mem_write(addr, &frame);
-            g.push_chain(&[Desc {
-                addr,
-                len: n,
-                write: false,
-            }]);
-            let _ = s.kick(tx);
+            let hdr0 = if hdr0 & 0x80 != 0 { hdr0 & 0x7f } else { 0 };
+            send_frame(s, 2 * u16::from(pair) + 1, dst, default_mac(0), len, hdr0);
+        }
+        Op::PeerFrame { pair, len } => {
+            if let Some(p) = peer.as_mut() {
+                send_frame(
+                    p,
+                    2 * u16::from(pair) + 1,
+                    default_mac(0),
+                    default_mac(1),
+                    len,
+                    0,
+                );
+            }
         }
         Op::RxBuffers { pair, n, len } => rx_buffers(s, 2 * u16::from(pair), n, len),
         Op::Ctrl { class, cmd, arg } => {
@@ -562,7 +585,7 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
         }
         Op::PeerRx { pair, n } => {
             if let Some(p) = peer.as_mut() {
-                rx_buffers(p, 2 * u16::from(pair), n, 2048);
+                rx_buffers(p, 2 * u16::from(pair), n, 2047);
             }
         }
     }
@@ -587,7 +610,7 @@ fn connect_peer() -> Option<Session> {
     let mut p = Session::start(&sw.sockets[1], QUEUES, SIZE).ok()?;
     wait_serving(sw, 1, true);
     for pair in 0..PAIRS {
-        rx_buffers(&mut p, 2 * pair, 7, 2048);
+        rx_buffers(&mut p, 2 * pair, 7, 2047);
     }
     Some(p)
 }
