@@ -1,0 +1,637 @@
+//! Fuzz `vmirq serve-net`'s vhost-user message level: a real two-port switch
+//! (`vmirq_net::server::Server`, on sockets in a private temp dir, started once per fuzz
+//! process) and, per input, a hand-driven frontend on port 0 that sends arbitrary sequences
+//! of messages with descriptors attached (memfds, eventfds, /dev/null, sockets), raw junk,
+//! structured messages with fuzzed fields (features of virtio-net, config space offsets and
+//! sizes, memory tables, vring indexes in and out of range, addresses, fds), the valid setup
+//! steps QEMU takes, and guest activity on the shared memory (frames on the transmit rings,
+//! receive buffers, raw descriptors, control commands, kicks); optionally port 1 gets a valid
+//! frontend with receive buffers, so frames cross the switch.
+//!
+//! Oracles: no thread of the server panics (libfuzzer-sys's panic hook aborts the process)
+//! or dies of SIGBUS; once the frontends close, each port is free again within a bound (its
+//! connection torn down, `ServerHandle::serving` false) and the server still runs, so no
+//! input can wedge a port or stop the switch for the next one.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vmirq_net::server::{Server, ServerConfig, ServerHandle};
+use vmirq_net::virtio::{
+    default_mac, F_CTRL_VQ, F_EVENT_IDX, F_IN_ORDER, F_MAC, F_MQ, F_MRG_RXBUF, F_NOTF_COAL,
+    F_PROTOCOL_FEATURES, F_STATUS, F_VERSION_1, F_VQ_NOTF_COAL, HDR_LEN,
+};
+use vmirq_vhost::mock_guest::Desc;
+use vmirq_vhost::raw_frontend::{
+    mem_table, memfd, req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY, VA_BASE,
+    VERSION_1,
+};
+
+/// Queue pairs of each port: RX 0, TX 0, RX 1, TX 1, then the control queue (4).
+const PAIRS: u16 = 2;
+/// Virtqueues of a port.
+const QUEUES: u16 = 2 * PAIRS + 1;
+/// The control queue's index.
+const CTRL: u16 = 2 * PAIRS;
+/// Entries of the frontend's rings.
+const SIZE: u16 = 16;
+/// `VHOST_USER_SET_CONFIG` (not in the guard's table).
+const SET_CONFIG: u32 = 25;
+/// How long a port may take to be free again after its frontend closed.
+const FREE_WITHIN: Duration = Duration::from_secs(20);
+
+/// The switch under test.
+struct Switch {
+    handle: ServerHandle,
+    sockets: Vec<PathBuf>,
+    thread: JoinHandle<vmirq_net::server::Result<()>>,
+}
+
+/// The temp dir of the sockets, removed at exit.
+static DIR: OnceLock<PathBuf> = OnceLock::new();
+
+extern "C" fn remove_dir() {
+    if let Some(dir) = DIR.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn switch() -> &'static Switch {
+    static SWITCH: OnceLock<Switch> = OnceLock::new();
+    SWITCH.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("vmirq-net-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("socket dir");
+        let dir = DIR.get_or_init(|| dir);
+        // SAFETY: `remove_dir` is an `extern "C" fn()` that only reads a static and removes
+        // files; registering it has no other effect.
+        unsafe { libc::atexit(remove_dir) };
+        let sockets: Vec<PathBuf> = (0..2).map(|p| dir.join(format!("port{p}.sock"))).collect();
+        let mut cfg = ServerConfig::new(sockets.clone());
+        cfg.queue_pairs = PAIRS;
+        cfg.queue_size = 64;
+        let server = Server::new(cfg).expect("server");
+        let handle = server.handle();
+        let thread = std::thread::spawn(move || server.run());
+        Switch {
+            handle,
+            sockets,
+            thread,
+        }
+    })
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Fd {
+    /// A memfd of this many 4 KiB pages.
+    Memfd(u8),
+    Event,
+    DevNull,
+    Socket,
+    /// A queue's own call eventfd.
+    Call(u8),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Addr {
+    /// Frontend address of a guest address in region 0.
+    Guest(u32),
+    /// Anything.
+    Raw(u64),
+}
+
+impl Addr {
+    fn resolve(self) -> u64 {
+        match self {
+            Addr::Guest(g) => VA_BASE + u64::from(g % (8 << 20)),
+            Addr::Raw(x) => x,
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+struct Region {
+    gpa: u32,
+    pages: u16,
+    va: Addr,
+    offset_pages: u8,
+    file_pages: u8,
+}
+
+/// The virtio-net and vhost-user feature bits a frontend may ack (bit i of a mask).
+const FEATURES: [u64; 12] = [
+    F_VERSION_1,
+    F_MRG_RXBUF,
+    F_EVENT_IDX,
+    F_CTRL_VQ,
+    F_MQ,
+    F_MAC,
+    F_STATUS,
+    F_NOTF_COAL,
+    F_VQ_NOTF_COAL,
+    F_IN_ORDER,
+    F_PROTOCOL_FEATURES,
+    1 << 0, // VIRTIO_NET_F_CSUM: not offered
+];
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// QEMU's handshake (every offered feature but EVENT_IDX).
+    Handshake,
+    /// The whole valid setup in one step (handshake, memory table, every ring started),
+    /// receive buffers on both pairs, and with `peer` a valid frontend on port 1: the
+    /// data path runs from here.
+    Setup {
+        peer: bool,
+    },
+    /// SET_OWNER, GET_FEATURES, protocol features, then SET_FEATURES with the features of
+    /// `mask` (bits of [`FEATURES`]), or `raw` as it is when `raw_bits` is set.
+    Features {
+        mask: u16,
+        protocol: u8,
+        raw_bits: bool,
+        raw: u64,
+    },
+    MemTable,
+    StartVring(u8),
+    StopVring(u8),
+    Kick(u8),
+    /// A frame on transmit queue `pair` (to port 1, broadcast, or itself), header flags.
+    Frame {
+        pair: bool,
+        to: u8,
+        len: u16,
+        hdr0: u8,
+    },
+    /// `n` receive buffers of `len` bytes on receive queue `pair`.
+    RxBuffers {
+        pair: bool,
+        n: u8,
+        len: u16,
+    },
+    /// A control command: class, command, argument bytes.
+    Ctrl {
+        class: u8,
+        cmd: u8,
+        arg: Vec<u8>,
+    },
+    Desc {
+        q: u8,
+        index: u8,
+        addr: u32,
+        len: u32,
+        flags: u8,
+        next: u16,
+    },
+    Publish {
+        q: u8,
+        head: u16,
+    },
+    GetConfig {
+        offset: u32,
+        size: u32,
+        lie: bool,
+    },
+    SetConfig {
+        offset: u32,
+        data: Vec<u8>,
+    },
+    /// Any request code and flags, any payload, any descriptors.
+    Msg {
+        request: u8,
+        flags: u8,
+        payload: Vec<u8>,
+        fds: Vec<Fd>,
+    },
+    Regions {
+        count: u8,
+        regions: Vec<Region>,
+        add: bool,
+    },
+    VringState {
+        which: u8,
+        index: u32,
+        num: u32,
+    },
+    VringAddr {
+        index: u32,
+        desc: Addr,
+        used: Addr,
+        avail: Addr,
+    },
+    VringFd {
+        which: u8,
+        value: u64,
+        fd: Option<Fd>,
+    },
+    Raw(Vec<u8>),
+    Recv,
+    /// Connect port 1 with a valid frontend (once), receive buffers on both pairs.
+    Peer,
+    /// Receive buffers on the peer's pair.
+    PeerRx {
+        pair: bool,
+        n: u8,
+    },
+    /// A frame from the peer to port 0 on the peer's pair (port 0's receive path).
+    PeerFrame {
+        pair: bool,
+        len: u16,
+    },
+}
+
+/// Descriptors kept open until the message that carries them is sent.
+type Keep = Vec<Box<dyn AsRawFd>>;
+
+/// Make the descriptor (kept open in `keep`).
+fn make_fd(fd: Fd, s: &Session, keep: &mut Keep) -> Option<RawFd> {
+    let owner: Box<dyn AsRawFd> = match fd {
+        Fd::Memfd(pages) => Box::new(memfd(u64::from(pages) * 4096).ok()?),
+        Fd::Event => Box::new(vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).ok()?),
+        Fd::DevNull => Box::new(File::open("/dev/null").ok()?),
+        Fd::Socket => Box::new(UnixStream::pair().ok()?.0),
+        Fd::Call(q) => return Some(s.queues[usize::from(q % QUEUES as u8)].call.as_raw_fd()),
+    };
+    let raw = owner.as_raw_fd();
+    keep.push(owner);
+    Some(raw)
+}
+
+/// A queue index: mostly the device's (0 to 4), sometimes just past it, sometimes anything.
+fn vring_index(index: u32) -> u32 {
+    match index % 8 {
+        0..=5 => index % u32::from(QUEUES),
+        6 => u32::from(QUEUES) + (index >> 3) % 64,
+        _ => index,
+    }
+}
+
+/// Push `n % 8` device-writable buffers of `1 + len % 2048` bytes on queue `q` and kick.
+fn rx_buffers(s: &mut Session, q: u16, n: u8, len: u16) {
+    let g = &mut s.queues[usize::from(q)].guest;
+    for _ in 0..n % 8 {
+        let len = 1 + u32::from(len % 2048);
+        let addr = g.alloc(len);
+        g.push_chain(&[Desc {
+            addr,
+            len,
+            write: true,
+        }]);
+    }
+    let _ = s.kick(q);
+}
+
+/// A frame of `len % 1600` bytes (at least an Ethernet header) from `src` to `dst` behind
+/// a net header whose first byte is `hdr0`, on transmit queue `tx`, kicked.
+fn send_frame(s: &mut Session, tx: u16, dst: [u8; 6], src: [u8; 6], len: u16, hdr0: u8) {
+    let len = usize::from(len % 1600);
+    let mut frame = vec![0u8; HDR_LEN + len.max(14)];
+    frame[0] = hdr0;
+    frame[HDR_LEN..HDR_LEN + 6].copy_from_slice(&dst);
+    frame[HDR_LEN + 6..HDR_LEN + 12].copy_from_slice(&src);
+    frame[HDR_LEN + 12..HDR_LEN + 14].copy_from_slice(&[0x08, 0x00]);
+    let g = &mut s.queues[usize::from(tx)].guest;
+    let n = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+    let addr = g.alloc(n);
+    g.mem_write(addr, &frame);
+    g.push_chain(&[Desc {
+        addr,
+        len: n,
+        write: false,
+    }]);
+    let _ = s.kick(tx);
+}
+
+/// SET_OWNER, the feature exchange with `acked` features, protocol features `protocol`.
+fn features(s: &Session, acked: u64, protocol: u64) {
+    let fe = &s.fe;
+    let _ = fe.send(req::SET_OWNER, VERSION_1, &[], &[]);
+    let _ = fe.call(req::GET_FEATURES, &[], &[]);
+    let offered = fe
+        .call(req::GET_PROTOCOL_FEATURES, &[], &[])
+        .value()
+        .unwrap_or(0);
+    let _ = fe.send(
+        req::SET_PROTOCOL_FEATURES,
+        VERSION_1,
+        &(offered & protocol).to_le_bytes(),
+        &[],
+    );
+    let _ = fe.call(req::SET_FEATURES, &acked.to_le_bytes(), &[]);
+}
+
+fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
+    let fe = &s.fe;
+    let mut keep: Keep = Vec::new();
+    let q = |q: u8| u16::from(q) % QUEUES;
+    match op {
+        Op::Handshake => drop(s.handshake()),
+        Op::Setup { peer: with_peer } => {
+            let _ = s.handshake();
+            let _ = s.set_mem_table();
+            for i in 0..QUEUES {
+                let _ = s.start_vring(i);
+            }
+            for pair in 0..PAIRS {
+                rx_buffers(s, 2 * pair, 4, 2047);
+            }
+            if with_peer && peer.is_none() {
+                *peer = connect_peer();
+            }
+        }
+        Op::Features {
+            mask,
+            protocol,
+            raw_bits,
+            raw,
+        } => {
+            let acked = if raw_bits {
+                raw
+            } else {
+                FEATURES
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .fold(0, |a, (_, f)| a | f)
+            };
+            // Bit 7 of `protocol` asks for every protocol feature offered.
+            let protocol = if protocol & 0x80 != 0 {
+                u64::MAX
+            } else {
+                u64::from(protocol)
+            };
+            features(s, acked, protocol);
+        }
+        Op::MemTable => drop(s.set_mem_table()),
+        Op::StartVring(i) => drop(s.start_vring(q(i))),
+        Op::StopVring(i) => drop(s.stop_vring(q(i))),
+        Op::Kick(i) => drop(s.kick(q(i))),
+        Op::Frame {
+            pair,
+            to,
+            len,
+            hdr0,
+        } => {
+            let dst = match to % 3 {
+                0 => default_mac(1),
+                1 => [0xff; 6],
+                _ => default_mac(0),
+            };
+            let hdr0 = if hdr0 & 0x80 != 0 { hdr0 & 0x7f } else { 0 };
+            send_frame(s, 2 * u16::from(pair) + 1, dst, default_mac(0), len, hdr0);
+        }
+        Op::PeerFrame { pair, len } => {
+            if let Some(p) = peer.as_mut() {
+                send_frame(
+                    p,
+                    2 * u16::from(pair) + 1,
+                    default_mac(0),
+                    default_mac(1),
+                    len,
+                    0,
+                );
+            }
+        }
+        Op::RxBuffers { pair, n, len } => rx_buffers(s, 2 * u16::from(pair), n, len),
+        Op::Ctrl { class, cmd, arg } => {
+            let mut bytes = vec![class % 8, cmd % 4];
+            bytes.extend_from_slice(&arg[..arg.len().min(32)]);
+            let g = &mut s.queues[usize::from(CTRL)].guest;
+            let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+            let addr = g.alloc(len);
+            g.mem_write(addr, &bytes);
+            let ack = g.alloc_status();
+            g.push_chain(&[
+                Desc {
+                    addr,
+                    len,
+                    write: false,
+                },
+                Desc {
+                    addr: ack,
+                    len: 1,
+                    write: true,
+                },
+            ]);
+            let _ = s.kick(CTRL);
+        }
+        Op::Desc {
+            q: i,
+            index,
+            addr,
+            len,
+            flags,
+            next,
+        } => {
+            let g = &s.queues[usize::from(q(i))].guest;
+            g.write_desc(
+                u16::from(index) % SIZE,
+                u64::from(addr) % (9 << 20),
+                len,
+                u16::from(flags & 7),
+                next,
+            );
+        }
+        Op::Publish { q: i, head } => s.queues[usize::from(q(i))].guest.publish(head),
+        Op::GetConfig { offset, size, lie } => {
+            let (offset, size) = if offset & 1 == 0 {
+                (offset % 16, size % 16)
+            } else {
+                (offset, size)
+            };
+            let mut p = offset.to_le_bytes().to_vec();
+            p.extend_from_slice(&size.to_le_bytes());
+            p.extend_from_slice(&0u32.to_le_bytes());
+            let body = if lie {
+                4
+            } else {
+                usize::try_from(size).unwrap_or(0).min(256)
+            };
+            p.resize(12 + body, 0);
+            let _ = fe.call(req::GET_CONFIG, &p, &[]);
+        }
+        Op::SetConfig { offset, data } => {
+            let data = &data[..data.len().min(64)];
+            let mut p = (offset % 32).to_le_bytes().to_vec();
+            p.extend_from_slice(&u32::try_from(data.len()).unwrap_or(0).to_le_bytes());
+            p.extend_from_slice(&0u32.to_le_bytes());
+            p.extend_from_slice(data);
+            let _ = fe.call(SET_CONFIG, &p, &[]);
+        }
+        Op::Msg {
+            request,
+            flags,
+            payload,
+            fds,
+        } => {
+            let fds: Vec<RawFd> = fds
+                .into_iter()
+                .take(4)
+                .filter_map(|f| make_fd(f, s, &mut keep))
+                .collect();
+            let flags =
+                [VERSION_1, VERSION_1 | FLAG_NEED_REPLY, u32::from(flags)][usize::from(flags % 3)];
+            let payload = &payload[..payload.len().min(512)];
+            let _ = fe.send(u32::from(request % 48), flags, payload, &fds);
+        }
+        Op::Regions {
+            count,
+            regions,
+            add,
+        } => {
+            let mut entries = Vec::new();
+            let mut fds = Vec::new();
+            for r in regions.iter().take(4) {
+                let Ok(f) = memfd(u64::from(r.file_pages) * 4096) else {
+                    continue;
+                };
+                fds.push(f.as_raw_fd());
+                keep.push(Box::new(f));
+                entries.push((
+                    u64::from(r.gpa) * 4096,
+                    u64::from(r.pages) * 4096,
+                    r.va.resolve(),
+                    u64::from(r.offset_pages) * 4096,
+                ));
+            }
+            if add {
+                let mut p = 0u64.to_le_bytes().to_vec();
+                if let Some(&e) = entries.first() {
+                    p.extend_from_slice(&mem_table(0, &[e])[8..]);
+                }
+                let _ = fe.send(
+                    req::ADD_MEM_REG,
+                    VERSION_1 | FLAG_NEED_REPLY,
+                    &p,
+                    &fds[..fds.len().min(1)],
+                );
+            } else {
+                let n = if count % 4 == 0 {
+                    entries.len() as u32
+                } else {
+                    u32::from(count)
+                };
+                let _ = fe.send(
+                    req::SET_MEM_TABLE,
+                    VERSION_1 | FLAG_NEED_REPLY,
+                    &mem_table(n, &entries),
+                    &fds,
+                );
+            }
+        }
+        Op::VringState { which, index, num } => {
+            let codes = [
+                req::SET_VRING_NUM,
+                req::SET_VRING_BASE,
+                req::GET_VRING_BASE,
+                req::SET_VRING_ENABLE,
+            ];
+            let p = vring_state(vring_index(index), num);
+            let _ = fe.send(
+                codes[usize::from(which % 4)],
+                VERSION_1 | FLAG_NEED_REPLY,
+                &p,
+                &[],
+            );
+        }
+        Op::VringAddr {
+            index,
+            desc,
+            used,
+            avail,
+        } => {
+            let p = vring_addr(
+                vring_index(index),
+                desc.resolve(),
+                used.resolve(),
+                avail.resolve(),
+            );
+            let _ = fe.send(req::SET_VRING_ADDR, VERSION_1 | FLAG_NEED_REPLY, &p, &[]);
+        }
+        Op::VringFd { which, value, fd } => {
+            let codes = [req::SET_VRING_KICK, req::SET_VRING_CALL, req::SET_VRING_ERR];
+            let fds: Vec<RawFd> = fd
+                .into_iter()
+                .filter_map(|f| make_fd(f, s, &mut keep))
+                .collect();
+            let value = match which & 0xc {
+                0 => (value % u64::from(QUEUES)) | (value & 0x100),
+                4 => value & 0x1ff,
+                _ => value,
+            };
+            let _ = fe.send(
+                codes[usize::from(which % 3)],
+                VERSION_1 | FLAG_NEED_REPLY,
+                &value.to_le_bytes(),
+                &fds,
+            );
+        }
+        Op::Raw(bytes) => {
+            let _ = fe.send_bytes(&bytes[..bytes.len().min(64)], &[]);
+        }
+        Op::Recv => {
+            let _ = fe.recv(Duration::from_millis(1));
+        }
+        Op::Peer => {
+            if peer.is_none() {
+                *peer = connect_peer();
+            }
+        }
+        Op::PeerRx { pair, n } => {
+            if let Some(p) = peer.as_mut() {
+                rx_buffers(p, 2 * u16::from(pair), n, 2047);
+            }
+        }
+    }
+}
+
+/// Wait (bounded) until `serving(port)` is `want`; panics (a finding) otherwise.
+fn wait_serving(sw: &Switch, port: usize, want: bool) {
+    let deadline = Instant::now() + FREE_WITHIN;
+    while sw.handle.serving(port) != want {
+        assert!(!sw.thread.is_finished(), "the server stopped (port {port})");
+        assert!(
+            Instant::now() < deadline,
+            "port {port}: serving never became {want}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A valid frontend on port 1 with every ring started and receive buffers on both pairs.
+fn connect_peer() -> Option<Session> {
+    let sw = switch();
+    let mut p = Session::start(&sw.sockets[1], QUEUES, SIZE).ok()?;
+    wait_serving(sw, 1, true);
+    for pair in 0..PAIRS {
+        rx_buffers(&mut p, 2 * pair, 7, 2047);
+    }
+    Some(p)
+}
+
+fuzz_target!(|ops: Vec<Op>| {
+    let sw = switch();
+    let mut fe = RawFrontend::connect(&sw.sockets[0]).expect("connect port 0");
+    // A reply that does not come (the backend waits for the rest of a lying message) costs
+    // this much, not the default 5 s.
+    fe.set_reply_timeout(Duration::from_millis(50));
+    // The port's connection is up (its daemon reads the messages) before the first one.
+    wait_serving(sw, 0, true);
+    let mut s = Session::prepare(fe, QUEUES, SIZE).expect("session");
+    let mut peer = None;
+    for op in ops.into_iter().take(48) {
+        run(&mut s, &mut peer, op);
+    }
+    let _ = s.fe.stream().shutdown(std::net::Shutdown::Both);
+    drop(s);
+    drop(peer);
+    // Both ports must be free again (bounded: a hang is a finding), the server still up.
+    wait_serving(sw, 0, false);
+    wait_serving(sw, 1, false);
+});
