@@ -30,8 +30,7 @@ use vmirq_net::virtio::{
 };
 use vmirq_vhost::mock_guest::Desc;
 use vmirq_vhost::raw_frontend::{
-    mem_table, memfd, req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY, VA_BASE,
-    VERSION_1,
+    memfd, req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY, VERSION_1,
 };
 
 /// Queue pairs of each port: RX 0, TX 0, RX 1, TX 1, then the control queue (4).
@@ -98,31 +97,9 @@ enum Fd {
     Call(u8),
 }
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Addr {
-    /// Frontend address of a guest address in region 0.
-    Guest(u32),
-    /// Anything.
-    Raw(u64),
-}
-
-impl Addr {
-    fn resolve(self) -> u64 {
-        match self {
-            Addr::Guest(g) => VA_BASE + u64::from(g % (8 << 20)),
-            Addr::Raw(x) => x,
-        }
-    }
-}
-
-#[derive(Arbitrary, Debug)]
-struct Region {
-    gpa: u32,
-    pages: u16,
-    va: Addr,
-    offset_pages: u8,
-    file_pages: u8,
-}
+#[path = "../common/mem_regions.rs"]
+mod mem_regions;
+use mem_regions::{Addr, Region};
 
 /// The virtio-net and vhost-user feature bits a frontend may ack (bit i of a mask).
 const FEATURES: [u64; 12] = [
@@ -485,45 +462,7 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
             regions,
             add,
         } => {
-            let mut entries = Vec::new();
-            let mut fds = Vec::new();
-            for r in regions.iter().take(4) {
-                let Ok(f) = memfd(u64::from(r.file_pages) * 4096) else {
-                    continue;
-                };
-                fds.push(f.as_raw_fd());
-                keep.push(Box::new(f));
-                entries.push((
-                    u64::from(r.gpa) * 4096,
-                    u64::from(r.pages) * 4096,
-                    r.va.resolve(),
-                    u64::from(r.offset_pages) * 4096,
-                ));
-            }
-            if add {
-                let mut p = 0u64.to_le_bytes().to_vec();
-                if let Some(&e) = entries.first() {
-                    p.extend_from_slice(&mem_table(0, &[e])[8..]);
-                }
-                let _ = fe.send(
-                    req::ADD_MEM_REG,
-                    VERSION_1 | FLAG_NEED_REPLY,
-                    &p,
-                    &fds[..fds.len().min(1)],
-                );
-            } else {
-                let n = if count % 4 == 0 {
-                    entries.len() as u32
-                } else {
-                    u32::from(count)
-                };
-                let _ = fe.send(
-                    req::SET_MEM_TABLE,
-                    VERSION_1 | FLAG_NEED_REPLY,
-                    &mem_table(n, &entries),
-                    &fds,
-                );
-            }
+            mem_regions::send_regions(fe, count, &regions, add, &mut keep);
         }
         Op::VringState { which, index, num } => {
             let codes = [

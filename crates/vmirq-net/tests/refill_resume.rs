@@ -66,7 +66,10 @@ fn a_refill_kick_hands_the_waiting_source_to_its_own_worker() {
     assert_eq!(c.tx_resumes, 1, "{c:?}");
     assert!(c.tx_resume_wait_ns >= 2_000_000, "{c:?}");
     // Blocked from the first frame port 1 had no room for to its refill (not to the drain).
-    assert!(c.tx_blocked_ns > 0 && c.tx_blocked_ns < c.tx_resume_wait_ns, "{c:?}");
+    assert!(
+        c.tx_blocked_ns > 0 && c.tx_blocked_ns < c.tx_resume_wait_ns,
+        "{c:?}"
+    );
 }
 
 #[test]
