@@ -557,6 +557,10 @@ fn connect_peer() -> Option<Session> {
 fuzz_target!(|ops: Vec<Op>| {
     let sw = switch();
     let mut fe = RawFrontend::connect(&sw.sockets[0]).expect("connect port 0");
+    // A backend that stops reading fails the send instead of blocking the input.
+    fe.stream()
+        .set_write_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
     // A reply that does not come (the backend waits for the rest of a lying message) costs
     // this much, not the default 5 s.
     fe.set_reply_timeout(Duration::from_millis(50));
