@@ -18,7 +18,7 @@
 use super::{asm_error, msr, AsmResult, Builder, Program};
 use crate::error::Result;
 use crate::layout::{self, mailbox, port, WAKE_VECTOR};
-use iced_x86::code_asm::{eax, ecx, edx, qword_ptr, r15, r8, r9, rax, rbx, rcx, rdx};
+use iced_x86::code_asm::{eax, ecx, edx, qword_ptr, r15, r8, r9, rax, rbx, rcx};
 
 /// The loop's latest TSC (ring 3 writes, the handler reads).
 pub const LAST: u64 = mailbox::RESULT0;
@@ -42,12 +42,6 @@ pub fn program() -> Result<Program> {
     b.finish()
 }
 
-fn tsc_to_rax(b: &mut Builder) -> AsmResult {
-    b.a.rdtsc()?;
-    b.a.shl(rdx, 32)?;
-    b.a.or(rax, rdx)
-}
-
 fn emit(b: &mut Builder) -> AsmResult {
     b.entry()?;
     b.enable_x2apic()?;
@@ -58,13 +52,13 @@ fn emit(b: &mut Builder) -> AsmResult {
     b.a.set_label(&mut spin)?;
     b.a.cmp(qword_ptr(r15 + mailbox::STOP), 0)?;
     b.a.jne(done)?;
-    tsc_to_rax(b)?;
+    b.tsc_to_rax()?;
     b.a.mov(qword_ptr(r15 + LAST), rax)?;
     b.a.cmp(qword_ptr(r15 + FLAG), 0)?;
     b.a.jne(resumed)?;
     b.a.jmp(spin)?;
     b.a.set_label(&mut resumed)?;
-    tsc_to_rax(b)?;
+    b.tsc_to_rax()?;
     b.a.mov(rcx, qword_ptr(r15 + mailbox::IRQ_COUNT))?;
     b.a.dec(rcx)?;
     b.a.shl(rcx, 5)?;
@@ -77,7 +71,7 @@ fn emit(b: &mut Builder) -> AsmResult {
     b.a.jmp(done)?;
 
     b.handler(WAKE_VECTOR)?;
-    tsc_to_rax(b)?; // first instruction: the handler's entry
+    b.tsc_to_rax()?; // first instruction: the handler's entry
     b.a.mov(r9, qword_ptr(r15 + mailbox::IRQ_COUNT))?;
     b.a.shl(r9, 5)?;
     b.a.mov(r8, RECORDS)?;
@@ -90,7 +84,7 @@ fn emit(b: &mut Builder) -> AsmResult {
     b.a.xor(eax, eax)?;
     b.a.xor(edx, edx)?;
     b.a.wrmsr()?;
-    tsc_to_rax(b)?;
+    b.tsc_to_rax()?;
     b.a.mov(qword_ptr(r8 + 16), rax)?;
     b.a.mov(qword_ptr(r15 + FLAG), 1)?;
     b.a.iretq()

@@ -24,7 +24,7 @@ use super::wake::{Idle, WakeGuest};
 use super::{asm_error, AsmResult, Builder, Program};
 use crate::error::{Error, Result};
 use crate::layout::{self, mailbox, port};
-use iced_x86::code_asm::{qword_ptr, r12, r13, r14, r15, rax, rdi, rdx, rsi, CodeLabel};
+use iced_x86::code_asm::{qword_ptr, r12, r13, r14, r15, rax, rdi, rsi, CodeLabel};
 
 /// Largest number of pairs (two samples each in the array).
 pub const MAX_PAIRS: u32 = MAX_ITERATIONS / 2;
@@ -82,81 +82,32 @@ fn settle(b: &mut Builder, taken: &mut CodeLabel) -> AsmResult {
     b.a.set_label(taken)?;
     b.a.cmp(qword_ptr(r15 + mailbox::IRQ_COUNT), r13)?;
     b.a.jb(*taken)?;
-    tsc(b)?;
+    b.tsc_to_rax()?;
     b.a.lea(rsi, qword_ptr(rax + r14))?;
     let mut spin = b.a.create_label();
     b.a.set_label(&mut spin)?;
-    tsc(b)?;
+    b.tsc_to_rax()?;
     b.a.cmp(rax, rsi)?;
     b.a.jb(spin)
-}
-
-/// `rax` = the 64-bit TSC (clobbers rdx).
-fn tsc(b: &mut Builder) -> AsmResult {
-    b.a.rdtsc()?;
-    b.a.shl(rdx, 32)?;
-    b.a.or(rax, rdx)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::decode::{bytes, decode_from, loop_body, split_after_spans};
     use crate::layout::WAKE_VECTOR;
-    use iced_x86::{Decoder, Instruction, Mnemonic, Register};
-
-    fn decode_from(p: &Program, ip: u64) -> Vec<Instruction> {
-        let offset = usize::try_from(ip - layout::CODE).expect("small");
-        Decoder::with_ip(64, &p.code[offset..], ip, 0)
-            .into_iter()
-            .collect()
-    }
+    use iced_x86::{Instruction, Mnemonic, Register};
 
     /// vCPU 1's loop: from the `jnz`'s target to the `jnz` after `dec r12`.
     fn sender_loop(p: &Program) -> Vec<Instruction> {
-        let all = decode_from(p, p.entries[1]);
-        let dec = all
-            .iter()
-            .position(|i| i.mnemonic() == Mnemonic::Dec && i.op0_register() == Register::R12)
-            .expect("dec r12");
-        let jnz = &all[dec + 1];
-        assert_eq!(jnz.mnemonic(), Mnemonic::Jne);
-        let top = jnz.near_branch_target();
-        let start = all.iter().position(|i| i.ip() == top).expect("top decoded");
-        all[start..=dec + 1].to_vec()
+        loop_body(p, p.entries[1])
     }
 
     /// The single-operation loop's timed span of `op` (its loop body minus `dec; jnz`).
     fn single_span(op: ExitOp) -> Vec<u8> {
         let p = super::super::exits::program(op, 10).expect("assembles");
-        let all = decode_from(&p, p.entries[0]);
-        let jnz = all
-            .iter()
-            .position(|i| i.mnemonic() == Mnemonic::Jne)
-            .expect("jnz");
-        let top = all[jnz].near_branch_target();
-        let start = all.iter().position(|i| i.ip() == top).expect("top");
-        bytes(&p, &all[start..jnz - 1])
-    }
-
-    fn bytes(p: &Program, ins: &[Instruction]) -> Vec<u8> {
-        let from = usize::try_from(ins[0].ip() - layout::CODE).expect("small");
-        let to = usize::try_from(ins[ins.len() - 1].next_ip() - layout::CODE).expect("small");
-        p.code[from..to].to_vec()
-    }
-
-    /// Split the loop body after each `add rdi, 8` (the end of a span).
-    fn chunks(body: &[Instruction]) -> Vec<Vec<Instruction>> {
-        let mut out = vec![Vec::new()];
-        for ins in body {
-            out.last_mut().expect("open").push(*ins);
-            if ins.mnemonic() == Mnemonic::Add
-                && ins.op0_register() == Register::RDI
-                && ins.immediate(1) == 8
-            {
-                out.push(Vec::new());
-            }
-        }
-        out
+        let body = loop_body(&p, p.entries[0]);
+        bytes(&p, &body[..body.len() - 2])
     }
 
     fn is_settle(chunk: &[Instruction]) -> bool {
@@ -182,7 +133,7 @@ mod tests {
         let p = program(10, 60_000).expect("assembles");
         assert_eq!(p.entries.len(), 2, "target and sender");
         let body = sender_loop(&p);
-        let c = chunks(&body);
+        let c = split_after_spans(&body);
         assert_eq!(c.len(), 3, "two spans, then inc-free dec/jnz tail");
         let icr = single_span(ExitOp::IpiSelf);
         let nop = single_span(ExitOp::Baseline);

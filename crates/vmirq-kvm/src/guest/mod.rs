@@ -5,6 +5,8 @@
 //! Conventions shared by every program: `r15` holds [`layout::MAILBOX`] for the whole run
 //! (handlers rely on it); unexpected exceptions write their vector to [`port::FAULT`].
 
+#[cfg(test)]
+mod decode;
 pub mod device;
 pub mod exits;
 pub mod forced;
@@ -17,7 +19,9 @@ pub mod wake;
 use crate::error::{Error, Result};
 use crate::layout::{self, port};
 use crate::longmode;
-use iced_x86::code_asm::{al, eax, ecx, edx, qword_ptr, r15, rax, rsp, CodeAssembler, CodeLabel};
+use iced_x86::code_asm::{
+    al, eax, ecx, edx, qword_ptr, r15, rax, rdx, rsp, CodeAssembler, CodeLabel,
+};
 use iced_x86::{BlockEncoderOptions, IcedError};
 
 /// An assembled guest program.
@@ -99,6 +103,13 @@ impl Builder {
         self.a.mov(eax, (value & 0xffff_ffff) as u32)?;
         self.a.mov(edx, (value >> 32) as u32)?;
         self.a.wrmsr()
+    }
+
+    /// `rax` = the 64-bit TSC (`rdtsc; shl rdx, 32; or rax, rdx`; clobbers `rdx`).
+    pub(crate) fn tsc_to_rax(&mut self) -> AsmResult {
+        self.a.rdtsc()?;
+        self.a.shl(rdx, 32)?;
+        self.a.or(rax, rdx)
     }
 
     /// Switch the local APIC to x2APIC mode, software-enable it, accept every priority.

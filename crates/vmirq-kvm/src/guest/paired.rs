@@ -119,51 +119,22 @@ pub fn program(pair: Pair, pairs: u32) -> Result<Program> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::decode::{bytes, decode_from, loop_body, split_after_spans};
     use crate::layout;
-    use iced_x86::{Decoder, Instruction, Mnemonic, Register};
-
-    /// The instructions of a loop program from its top (the `jnz`'s target) to the `jnz`.
-    fn loop_body(p: &Program) -> Vec<Instruction> {
-        let all: Vec<Instruction> = Decoder::with_ip(64, &p.code, layout::CODE, 0)
-            .into_iter()
-            .collect();
-        let jnz = all
-            .iter()
-            .position(|i| i.mnemonic() == Mnemonic::Jne)
-            .expect("the loop's jnz");
-        let top = all[jnz].near_branch_target();
-        let start = all.iter().position(|i| i.ip() == top).expect("top decoded");
-        all[start..=jnz].to_vec()
-    }
+    use iced_x86::{Instruction, Mnemonic, Register};
 
     /// The loop body's timed spans, each ending with its `add rdi, 8`; checks the loop end.
     fn spans(p: &Program) -> Vec<Vec<Instruction>> {
-        let body = loop_body(p);
+        let body = loop_body(p, p.entries[0]);
         let n = body.len();
         assert_eq!(body[n - 2].mnemonic(), Mnemonic::Dec);
         assert_eq!(body[n - 2].op0_register(), Register::R12);
-        let mut out = vec![Vec::new()];
-        for ins in &body[..n - 2] {
-            out.last_mut().expect("open span").push(*ins);
-            let advance = ins.mnemonic() == Mnemonic::Add
-                && ins.op0_register() == Register::RDI
-                && ins.immediate(1) == 8;
-            if advance {
-                out.push(Vec::new());
-            }
-        }
+        let mut out = split_after_spans(&body[..n - 2]);
         assert!(
             out.pop().expect("tail").is_empty(),
             "the loop ends after a span"
         );
         out
-    }
-
-    fn bytes(p: &Program, span: &[Instruction]) -> Vec<u8> {
-        let from = usize::try_from(span[0].ip() - layout::CODE).expect("small");
-        let last = span.last().expect("non-empty");
-        let to = usize::try_from(last.next_ip() - layout::CODE).expect("small");
-        p.code[from..to].to_vec()
     }
 
     fn count(span: &[Instruction], m: Mnemonic) -> usize {
@@ -218,10 +189,8 @@ mod tests {
     fn the_loop_counts_pairs_and_ring3_pairs_run_both_halves_in_ring3() {
         let pair = Pair::new(ExitOp::DoorbellUser3, ExitOp::Baseline).expect("valid");
         let p = program(pair, 7).expect("assembles");
-        let all: Vec<Instruction> = Decoder::with_ip(64, &p.code, layout::CODE, 0)
-            .into_iter()
-            .collect();
-        let top = loop_body(&p)[0].ip();
+        let all = decode_from(&p, layout::CODE);
+        let top = loop_body(&p, p.entries[0])[0].ip();
         let before: Vec<&Instruction> = all.iter().filter(|i| i.ip() < top).collect();
         let loads_r12 = before
             .iter()
