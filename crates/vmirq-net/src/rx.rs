@@ -321,7 +321,7 @@ fn stage_general<'a>(
         }
         let mut bad = false;
         for d in &s.descs {
-            if bad || !d.is_write_only() {
+            if !d.is_write_only() {
                 bad = true;
                 break;
             }
