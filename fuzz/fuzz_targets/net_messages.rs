@@ -379,23 +379,7 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
         Op::Ctrl { class, cmd, arg } => {
             let mut bytes = vec![class % 8, cmd % 4];
             bytes.extend_from_slice(&arg[..arg.len().min(32)]);
-            let g = &mut s.queues[usize::from(CTRL)].guest;
-            let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-            let addr = g.alloc(len);
-            g.mem_write(addr, &bytes);
-            let ack = g.alloc_status();
-            g.push_chain(&[
-                Desc {
-                    addr,
-                    len,
-                    write: false,
-                },
-                Desc {
-                    addr: ack,
-                    len: 1,
-                    write: true,
-                },
-            ]);
+            let _ = s.queues[usize::from(CTRL)].guest.push_command(&bytes);
             let _ = s.kick(CTRL);
         }
         Op::Desc {

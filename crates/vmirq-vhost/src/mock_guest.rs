@@ -394,6 +394,29 @@ impl MockGuest {
         st
     }
 
+    /// Offer a command chain: `bytes` in a new device-readable buffer, then a one-byte
+    /// device-writable status buffer poisoned with 0xFF (a virtio-net control command and
+    /// its ack, for example). Returns the status byte's address.
+    pub fn push_command(&mut self, bytes: &[u8]) -> u64 {
+        let len = u32::try_from(bytes.len()).expect("a command fits a descriptor");
+        let addr = self.alloc(len);
+        self.mem_write(addr, bytes);
+        let status = self.alloc_status();
+        self.push_chain(&[
+            Desc {
+                addr,
+                len,
+                write: false,
+            },
+            Desc {
+                addr: status,
+                len: 1,
+                write: true,
+            },
+        ]);
+        status
+    }
+
     /// Read the byte at `addr`.
     #[must_use]
     pub fn byte_at(&self, addr: u64) -> u8 {

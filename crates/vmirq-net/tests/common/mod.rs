@@ -100,24 +100,7 @@ pub fn ctrl_command(
     ctrl: u16,
     bytes: &[u8],
 ) -> (u32, u8) {
-    use vmirq_vhost::mock_guest::Desc;
-    let len = u32::try_from(bytes.len()).expect("a short command");
-    let g = &mut s.queues[usize::from(ctrl)].guest;
-    let cmd = g.alloc(len);
-    g.mem_write(cmd, bytes);
-    let ack = g.alloc_status();
-    g.push_chain(&[
-        Desc {
-            addr: cmd,
-            len,
-            write: false,
-        },
-        Desc {
-            addr: ack,
-            len: 1,
-            write: true,
-        },
-    ]);
+    let ack = s.queues[usize::from(ctrl)].guest.push_command(bytes);
     s.kick(ctrl).expect("kick");
     let used = s.wait_used(ctrl, 1, Duration::from_secs(5));
     assert_eq!(used.len(), 1, "command answered");
