@@ -16,9 +16,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::UnixStream;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::thread::JoinHandle;
@@ -30,7 +28,7 @@ use vmirq_net::virtio::{
 };
 use vmirq_vhost::mock_guest::Desc;
 use vmirq_vhost::raw_frontend::{
-    memfd, req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY, VERSION_1,
+    req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY, VERSION_1,
 };
 
 /// Queue pairs of each port: RX 0, TX 0, RX 1, TX 1, then the control queue (4).
@@ -86,20 +84,9 @@ fn switch() -> &'static Switch {
     })
 }
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Fd {
-    /// A memfd of this many 4 KiB pages.
-    Memfd(u8),
-    Event,
-    DevNull,
-    Socket,
-    /// A queue's own call eventfd.
-    Call(u8),
-}
-
-#[path = "../common/mem_regions.rs"]
-mod mem_regions;
-use mem_regions::{Addr, Region};
+#[path = "../common/frontend_msg.rs"]
+mod frontend_msg;
+use frontend_msg::{make_fd, Addr, Fd, Keep, Region};
 
 /// The virtio-net and vhost-user feature bits a frontend may ack (bit i of a mask).
 const FEATURES: [u64; 12] = [
@@ -221,23 +208,6 @@ enum Op {
         pair: bool,
         len: u16,
     },
-}
-
-/// Descriptors kept open until the message that carries them is sent.
-type Keep = Vec<Box<dyn AsRawFd>>;
-
-/// Make the descriptor (kept open in `keep`).
-fn make_fd(fd: Fd, s: &Session, keep: &mut Keep) -> Option<RawFd> {
-    let owner: Box<dyn AsRawFd> = match fd {
-        Fd::Memfd(pages) => Box::new(memfd(u64::from(pages) * 4096).ok()?),
-        Fd::Event => Box::new(vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).ok()?),
-        Fd::DevNull => Box::new(File::open("/dev/null").ok()?),
-        Fd::Socket => Box::new(UnixStream::pair().ok()?.0),
-        Fd::Call(q) => return Some(s.queues[usize::from(q % QUEUES as u8)].call.as_raw_fd()),
-    };
-    let raw = owner.as_raw_fd();
-    keep.push(owner);
-    Some(raw)
 }
 
 /// A queue index: mostly the device's (0 to 4), sometimes just past it, sometimes anything.
@@ -446,7 +416,7 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
             regions,
             add,
         } => {
-            mem_regions::send_regions(fe, count, &regions, add, &mut keep);
+            frontend_msg::send_regions(fe, count, &regions, add, &mut keep);
         }
         Op::VringState { which, index, num } => {
             let codes = [

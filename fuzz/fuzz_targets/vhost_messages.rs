@@ -9,14 +9,13 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::OnceLock;
 use std::time::Duration;
 use vmirq_blk::mock_guest::BlkRequests;
 use vmirq_blk::raw_frontend::{
-    memfd, req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY,
+    req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY,
     VERSION_1,
 };
 use vmirq_blk::{DiskSpec, Server, ServerOptions};
@@ -24,20 +23,9 @@ use vmirq_blk::{DiskSpec, Server, ServerOptions};
 const QUEUES: u16 = 2;
 const SIZE: u16 = 16;
 
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Fd {
-    /// A memfd of this many 4 KiB pages.
-    Memfd(u8),
-    EventFd,
-    DevNull,
-    Socket,
-    /// The queue's own call eventfd.
-    Call(bool),
-}
-
-#[path = "../common/mem_regions.rs"]
-mod mem_regions;
-use mem_regions::{Addr, Region};
+#[path = "../common/frontend_msg.rs"]
+mod frontend_msg;
+use frontend_msg::{make_fd, Addr, Fd, Keep, Region};
 
 #[derive(Arbitrary, Debug)]
 enum Op {
@@ -69,23 +57,6 @@ fn server() -> &'static Server {
     })
 }
 
-/// Descriptors kept open until the message that carries them is sent.
-type Keep = Vec<Box<dyn AsRawFd>>;
-
-/// Make the descriptor (kept open in `keep`).
-fn make_fd(fd: Fd, s: &Session, keep: &mut Keep) -> Option<RawFd> {
-    let owner: Box<dyn AsRawFd> = match fd {
-        Fd::Memfd(pages) => Box::new(memfd(u64::from(pages) * 4096).ok()?),
-        Fd::EventFd => Box::new(vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).ok()?),
-        Fd::DevNull => Box::new(File::open("/dev/null").ok()?),
-        Fd::Socket => Box::new(UnixStream::pair().ok()?.0),
-        Fd::Call(q) => return Some(s.queues[usize::from(q)].call.as_raw_fd()),
-    };
-    let raw = owner.as_raw_fd();
-    keep.push(owner);
-    Some(raw)
-}
-
 fn run(s: &mut Session, op: Op) {
     let fe = &s.fe;
     let mut keep: Keep = Vec::new();
@@ -113,7 +84,7 @@ fn run(s: &mut Session, op: Op) {
             let _ = fe.send(u32::from(request % 48), flags, payload, &fds);
         }
         Op::Regions { count, regions, add } => {
-            mem_regions::send_regions(fe, count, &regions, add, &mut keep);
+            frontend_msg::send_regions(fe, count, &regions, add, &mut keep);
         }
         Op::VringState { which, index, num } => {
             let codes = [req::SET_VRING_NUM, req::SET_VRING_BASE, req::GET_VRING_BASE, req::SET_VRING_ENABLE];

@@ -1,13 +1,48 @@
-//! The memory-table part of the vhost-user message fuzz targets (`vhost_messages`,
-//! `net_messages`): regions with fuzzed guest addresses, sizes, frontend addresses, offsets
-//! and memfd sizes, sent as SET_MEM_TABLE (with a fuzzed or the true region count) or as one
-//! ADD_MEM_REG.
+//! What the vhost-user message fuzz targets (`vhost_messages`, `net_messages`) attach and
+//! send alike: file descriptors of every kind ([`Fd`], [`make_fd`]), and memory tables with
+//! fuzzed guest addresses, sizes, frontend addresses, offsets and memfd sizes, sent as
+//! SET_MEM_TABLE (with a fuzzed or the true region count) or as one ADD_MEM_REG
+//! ([`send_regions`]).
 
 use arbitrary::Arbitrary;
-use std::os::fd::AsRawFd;
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
 use vmirq_vhost::raw_frontend::{
-    mem_table, memfd, req, RawFrontend, FLAG_NEED_REPLY, VA_BASE, VERSION_1,
+    mem_table, memfd, req, RawFrontend, Session, FLAG_NEED_REPLY, VA_BASE, VERSION_1,
 };
+
+/// A descriptor to attach to a message.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Fd {
+    /// A memfd of this many 4 KiB pages.
+    Memfd(u8),
+    EventFd,
+    DevNull,
+    Socket,
+    /// A queue's own call eventfd (the queue index modulo the session's queues).
+    Call(u8),
+}
+
+/// Descriptors kept open until the message that carries them is sent.
+pub type Keep = Vec<Box<dyn AsRawFd>>;
+
+/// Make the descriptor (kept open in `keep`).
+pub fn make_fd(fd: Fd, s: &Session, keep: &mut Keep) -> Option<RawFd> {
+    let owner: Box<dyn AsRawFd> = match fd {
+        Fd::Memfd(pages) => Box::new(memfd(u64::from(pages) * 4096).ok()?),
+        Fd::EventFd => Box::new(vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK).ok()?),
+        Fd::DevNull => Box::new(File::open("/dev/null").ok()?),
+        Fd::Socket => Box::new(UnixStream::pair().ok()?.0),
+        Fd::Call(q) => {
+            let q = usize::from(q) % s.queues.len().max(1);
+            return s.queues.get(q).map(|q| q.call.as_raw_fd());
+        }
+    };
+    let raw = owner.as_raw_fd();
+    keep.push(owner);
+    Some(raw)
+}
 
 /// A frontend address.
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -41,13 +76,7 @@ pub struct Region {
 /// Send up to four of `regions` as SET_MEM_TABLE (the region count `count`, or the true one
 /// when `count % 4 == 0`), or the first as ADD_MEM_REG (`add`). The memfds stay open in
 /// `keep` until the input ends.
-pub fn send_regions(
-    fe: &RawFrontend,
-    count: u8,
-    regions: &[Region],
-    add: bool,
-    keep: &mut Vec<Box<dyn AsRawFd>>,
-) {
+pub fn send_regions(fe: &RawFrontend, count: u8, regions: &[Region], add: bool, keep: &mut Keep) {
     let mut entries = Vec::new();
     let mut fds = Vec::new();
     for r in regions.iter().take(4) {
