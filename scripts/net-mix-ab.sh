@@ -25,6 +25,10 @@
 # WORKLOAD="mix:1514@812744+96/200" (binaries older than --ports 3 refuse it). On a shared
 # queue no interrupt count is the bulk's own: the table's `interrupts/packet` (the one
 # queue's) and `frames ahead of msg` lines go to $OUT too.
+# HALT_POLL_A / HALT_POLL_B (ns, root only): the guest halt polling of the machine the
+# script runs on, when that machine is itself a VM with Linux's cpuidle-haltpoll driver
+# (/sys/module/haltpoll/parameters/guest_halt_poll_ns), written before each side's call and
+# put back at exit: an A/B of the same binary on an idle machine that polls or halts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +47,12 @@ OUT="${OUT:-crates/vmirq-net/results/$(date -u +%Y-%m-%d-%H%M)-mix-ab.txt}"
 for bin in "$A" "$B"; do
     [ -x "$bin" ] || { echo "no binary $bin" >&2; exit 1; }
 done
+HALT_POLL_FILE=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+if [ -n "${HALT_POLL_A:-}${HALT_POLL_B:-}" ]; then
+    [ -w "$HALT_POLL_FILE" ] || { echo "HALT_POLL_A/B: $HALT_POLL_FILE is not writable (not a haltpoll guest, or not root)" >&2; exit 1; }
+    HALT_POLL_SAVED="$(cat "$HALT_POLL_FILE")"
+    trap 'echo "$HALT_POLL_SAVED" >"$HALT_POLL_FILE"' EXIT
+fi
 MODS_ARGS=()
 for m in "${MOD_NAMES[@]}"; do
     MODS_ARGS+=(--vmirq-moderation "$m")
@@ -64,10 +74,14 @@ for r in $(seq 1 "$ROUNDS"); do
             bin="$B"
             side_args=("${EXTRA_B_ARGS[@]}")
         fi
+        halt_poll="HALT_POLL_$side"
+        if [ -n "${!halt_poll:-}" ]; then
+            echo "${!halt_poll}" >"$HALT_POLL_FILE"
+        fi
         echo "== round $r $side" >&2
         {
             echo
-            echo "## round $r $side ($bin); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+            echo "## round $r $side ($bin); load before: $(cut -d' ' -f1-3 /proc/loadavg)${HALT_POLL_SAVED:+; guest_halt_poll_ns $(cat "$HALT_POLL_FILE")}"
         } >>"$OUT"
         echo "## round $r $side ($bin)" >>"$OUT.log"
         "$bin" netload --peer vmirq --mode interrupt --repeat "$REPEAT" --seconds "$SECS" \
