@@ -219,8 +219,14 @@ fn a_masking_handler_holds_and_merges_device_interrupts_and_a_polling_device_ski
 /// The quiet window a's v6 profile (`make-profile.py --v6`, committed with its prediction)
 /// with isr_ns and the two device switches as predict-then-measure.sh sets them.
 fn window_a_device_sets() -> Vec<String> {
+    window_device_sets("window-2026-11-25-quiet-v6", 26)
+}
+
+/// A committed window's profile with the handler at `handler_insns` emulated instructions
+/// (predict-then-measure.sh: 26) and the two device switches as that script sets them.
+fn window_device_sets(window: &str, handler_insns: u64) -> Vec<String> {
     let path = format!(
-        "{}/this-host/window-2026-11-25-quiet-v6/profile.json",
+        "{}/this-host/{window}/profile.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(path).expect("profile readable");
@@ -231,7 +237,7 @@ fn window_a_device_sets() -> Vec<String> {
         .find(|(k, _)| *k == "exit_roundtrip_ns")
         .map(|(_, v)| *v)
         .expect("profile sets exit_roundtrip_ns");
-    s.push(format!("workload.isr_ns={}", 26 * insn));
+    s.push(format!("workload.isr_ns={}", handler_insns * insn));
     s.push("workload.isr_masks_irqs=true".into());
     s.push("workload.device_polls_ring=true".into());
     s.push("duration_us=200000".into());
@@ -292,4 +298,38 @@ fn cost_spreads_are_drawn_per_event_only_when_the_profile_gives_them() {
     let mut other: Vec<&str> = spread.to_vec();
     other.push("seed=2");
     assert_ne!(on.runs["count"].values, run(&other).runs["count"].values);
+}
+
+/// The timer-bound `count` cell (count:usecs=50,frames=32) is a knife edge on this host: its
+/// window less the service time (50 - 20 us) is about one interrupt's cost (~30 us with
+/// v10's primitives), so one emulated instruction less in the handler lets the first
+/// completion after a handler into the window: 8 completions per interrupt become 8-9 and
+/// the p50 halves (the quiet v10 windows measured 9 and 30 us against 8 and 61 predicted).
+/// The frames-bound cell (count:usecs=1000,frames=16) does not move.
+#[test]
+fn the_timer_bound_count_cell_is_a_knife_edge_and_the_frames_bound_one_is_not() {
+    let run = |insns: u64| {
+        let mut sets = window_device_sets("window-2026-11-28-quiet-v10", insns);
+        sets.push("duration_us=200000".into());
+        sets.push("warmup_us=20000".into());
+        let s: Vec<&str> = sets.iter().map(String::as_str).collect();
+        run_scenario("this_host_device", &s)
+    };
+    let (at, shorter) = (run(26), run(25));
+    let p50 = |r: &vmirq_sim::report::Report, l: &str| value(r, l, "io_latency_ns.p50");
+    let per_irq = |r: &vmirq_sim::report::Report, l: &str| {
+        value(r, l, "ios_completed") / value(r, l, "guest_interrupts")
+    };
+    assert!(p50(&at, "count") > 55_000.0, "{}", p50(&at, "count"));
+    assert!((per_irq(&at, "count") - 8.0).abs() < 0.05);
+    assert!(
+        p50(&shorter, "count") < 40_000.0,
+        "{}",
+        p50(&shorter, "count")
+    );
+    assert!(per_irq(&shorter, "count") > 8.1);
+    let frames = "count:usecs=1000,frames=16";
+    assert!((per_irq(&at, frames) - 16.0).abs() < 0.05);
+    let (a, b) = (p50(&at, frames), p50(&shorter, frames));
+    assert!((a - b).abs() < 0.05 * a, "frames-bound p50 {a} vs {b}");
 }

@@ -12,6 +12,23 @@ import statistics
 import sys
 
 
+def handler_band(d_or_prefix, name):
+    """(min, max) p50 of device run `name` over the handler-sensitivity predictions written
+    next to the point prediction (PREFIX-handler-2.json .. -handler+2.json, fourteenth
+    session), the point prediction included; None when there are none."""
+    xs = []
+    for k in ("-2", "-1", "", "+1", "+2"):
+        p = f"{d_or_prefix}-device{'-handler' + k if k else ''}.json"
+        if not os.path.exists(p):
+            if k:
+                continue
+            return None
+        runs = json.load(open(p))["runs"]
+        if name in runs:
+            xs.append(runs[name]["values"]["io_latency_ns.p50"])
+    return (min(xs), max(xs)) if len(xs) > 1 else None
+
+
 def mmm(xs):
     return statistics.median(xs), min(xs), max(xs)
 
@@ -64,13 +81,16 @@ def main():
         print(f"| {path} | {iv} | {hp} | {fmt(p50, 1e-3)} | {pp50 / 1e3:.1f} | "
               f"{fmt(tuple(x / pp50 for x in p50), 1, 2)} | {fmt(pol)} | {ppol:.0f} |")
 
-    print("\n| policy | measured completions/s | predicted | measured interrupts per completion | predicted | measured notifications per completion | predicted | measured latency p50 µs | predicted | measured / predicted p50 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| policy | measured completions/s | predicted | measured interrupts per completion | predicted | measured notifications per completion | predicted | measured latency p50 µs | predicted | measured / predicted p50 | predicted p50, handler -2..+2 insn |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     runs = {}
     for r in rounds:
         for x in json.load(open(os.path.join(d, f"device-{r}.json")))["runs"]:
             runs.setdefault(x["moderation"], []).append(x)
     for pol, xs in runs.items():
+        if pol not in pd:  # measured in these rounds but not in this prediction
+            print(f"| {pol} | not predicted | | | | | | | | | |")
+            continue
         v = pd[pol]["values"]
         done = v["ios_completed"]
         cps = mmm([x["completions_per_sec"] for x in xs])
@@ -78,9 +98,11 @@ def main():
         npc = mmm([x["notifies"] / max(x["completions"], 1) for x in xs])
         lat = mmm([x["lat_ns"]["p50"] for x in xs])
         plat = v["io_latency_ns.p50"]
+        band = handler_band(prefix, pol)
+        band = f"{band[0] / 1e3:.1f}..{band[1] / 1e3:.1f}" if band else ""
         print(f"| {pol} | {fmt(cps, 1, 0)} | {v['ios_completed.per_s']:.0f} | {fmt(ipc, 1, 3)} | "
               f"{v['guest_interrupts'] / done:.3f} | {fmt(npc, 1, 3)} | {v['notifications'] / done:.3f} | "
-              f"{fmt(lat, 1e-3)} | {plat / 1e3:.1f} | {fmt(tuple(x / plat for x in lat), 1, 2)} |")
+              f"{fmt(lat, 1e-3)} | {plat / 1e3:.1f} | {fmt(tuple(x / plat for x in lat), 1, 2)} | {band} |")
 
 
 main()

@@ -3,7 +3,7 @@
 # after the prediction was committed. Usage: measure-composites.sh OUT_DIR FIRST_ROUND LAST_ROUND VMIRQ
 # Per round, under the shared measurement lock: `vmirq kvm wake` (irqfd and ipi, halt
 # polling 0 and 200 us, 30 and 100 us intervals, other-core sender) and `vmirq kvm device`
-# (none and count, depth 32, service 20 us, ring-3 driver). `vmirq kvm` pins its threads
+# (none, count and count:usecs=1000,frames=16, depth 32, service 20 us, ring-3 driver). `vmirq kvm` pins its threads
 # (vCPU on CPU 0, sender/device on CPU 1) and runs them at nice -10 when permitted.
 # Before each round it waits (at most WAIT_S seconds, default 300) for a second in which the
 # host was >= 90 % idle, as the vmirq-kvm README's rounds do, and records the idle share.
@@ -30,7 +30,7 @@ for r in $(seq "$first" "$last"); do
     echo "{\"round\":$r,\"start\":\"$(date -u +%FT%TZ)\",\"loadavg\":\"$(cut -d" " -f1-3 /proc/loadavg)\",\"idle_pct_before\":$IDLE}" >> "$out/composites-rounds.jsonl"
     "$vmirq" kvm wake --json --path irqfd,ipi --halt-poll-ns 0,200000 --interval-us "$INTERVALS" \
       --placement other --samples 2000 > "$out/wake-$r.json"
-    "$vmirq" kvm device --json --moderation none --moderation count:usecs=50,frames=32 \
+    "$vmirq" kvm device --json --moderation none --moderation count:usecs=50,frames=32 --moderation count:usecs=1000,frames=16 \
       --depth 32 --service-us 20 --driver spin-user > "$out/device-$r.json"
     echo "{\"round\":$r,\"end\":\"$(date -u +%FT%TZ)\",\"loadavg\":\"$(cut -d" " -f1-3 /proc/loadavg)\"}" >> "$out/composites-rounds.jsonl"
   ' _ "$r" "$out" "$vmirq"

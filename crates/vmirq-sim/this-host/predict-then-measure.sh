@@ -8,7 +8,9 @@
 #       PROFILE_FLAGS=--v7 reproduces the eighth session's profile; PROFILE_FLAGS=--v9 adds
 #       the ICR write to another vCPU, tenth session);
 #   (c) predict `vmirq kvm wake` (irqfd/IPI x polling off/200 us x 20/30/50/100 us) and
-#       `vmirq kvm device` (none, count) with `vmirq sim`, write prediction.md, and
+#       `vmirq kvm device` (none, count, count:usecs=1000,frames=16; and each with the
+#       handler +-1 and +-2 instructions, its sensitivity) with `vmirq sim`, write
+#       prediction.md, and
 #       `git commit` OUT_DIR: the prediction is committed before any composite exists;
 #   (d) measure the composites (measure-composites.sh, ROUNDS rounds, each gated on a quiet
 #       second as well) and write compare.md (compare.py) and commit.txt (the prediction's
@@ -71,6 +73,15 @@ case " $flags " in
 esac
 "$vmirq" sim scenarios/this_host_device.toml --costs "$out/profile.json" \
   --set "workload.isr_ns=$(( 26 * insn ))" "${mask[@]}" --json "$out/prediction-device.json" > /dev/null
+# The device cells' sensitivity (fourteenth session): the same prediction with the handler
+# one and two emulated instructions shorter and longer, written next to it. A cell whose p50
+# moves far within this band sits on a knife edge (the timer-bound `count` cell: 8 or 9
+# completions per interrupt); the point prediction above stays the one compared.
+for k in -2 -1 1 2; do
+  "$vmirq" sim scenarios/this_host_device.toml --costs "$out/profile.json" \
+    --set "workload.isr_ns=$(( (26 + k) * insn ))" "${mask[@]}" \
+    --json "$out/prediction-device-handler$( [ "$k" -gt 0 ] && echo "+" )$k.json" > /dev/null
+done
 python3 "$here/prediction-table.py" "$out" "$label" "$flags" > "$out/prediction.md"
 echo "prediction made $(date -u +%FT%TZ)" >> "$out/window.txt"
 if [ "${NO_COMMIT:-0}" != 1 ]; then

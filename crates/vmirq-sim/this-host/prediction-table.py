@@ -10,6 +10,23 @@ import os
 import sys
 
 
+def handler_band(d_or_prefix, name):
+    """(min, max) p50 of device run `name` over the handler-sensitivity predictions written
+    next to the point prediction (PREFIX-handler-2.json .. -handler+2.json, fourteenth
+    session), the point prediction included; None when there are none."""
+    xs = []
+    for k in ("-2", "-1", "", "+1", "+2"):
+        p = f"{d_or_prefix}-device{'-handler' + k if k else ''}.json"
+        if not os.path.exists(p):
+            if k:
+                continue
+            return None
+        runs = json.load(open(p))["runs"]
+        if name in runs:
+            xs.append(runs[name]["values"]["io_latency_ns.p50"])
+    return (min(xs), max(xs)) if len(xs) > 1 else None
+
+
 def main():
     d, label, flags = sys.argv[1], sys.argv[2], sys.argv[3]
     prof = json.load(open(os.path.join(d, "profile.json")))
@@ -48,13 +65,15 @@ def main():
         pol = 100.0 * v.get("host_poll_hits", 0.0) / max(v["halts"], 1)
         print(f"| {name} | {v['wakeup_ns.p50'] / 1e3:.2f} | {pol:.0f} |")
     print("\n| `vmirq kvm device` | completions/s | notifications / completion | "
-          "interrupts / completion | latency p50 µs |")
-    print("|---|---|---|---|---|")
+          "interrupts / completion | latency p50 µs | p50 with the handler -2..+2 insn |")
+    print("|---|---|---|---|---|---|")
     for name, run in dev.items():
         v = run["values"]
         done = v["ios_completed"]
+        band = handler_band(os.path.join(d, "prediction"), name)
+        band = f"{band[0] / 1e3:.1f}..{band[1] / 1e3:.1f}" if band else ""
         print(f"| {name} | {v['ios_completed.per_s']:.0f} | {v['notifications'] / done:.3f} | "
-              f"{v['guest_interrupts'] / done:.3f} | {v['io_latency_ns.p50'] / 1e3:.1f} |")
+              f"{v['guest_interrupts'] / done:.3f} | {v['io_latency_ns.p50'] / 1e3:.1f} | {band} |")
 
 
 main()
