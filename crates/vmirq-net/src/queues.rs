@@ -94,6 +94,41 @@ impl Default for Policies {
     }
 }
 
+/// One port's own moderation (`--port-moderation N=SPEC`): port `N` (counted from 0 in
+/// `--socket` order) follows `SPEC` instead of `--moderation`, as each VM's vNIC may have its
+/// own coalescing setting (QEMU's and ethtool's settings are per device too). The switch's
+/// other policies (`--poll`, `--datapath`, `--rx-low-water`) stay shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortModeration {
+    /// The port, in `--socket` order from 0.
+    pub port: usize,
+    /// Its receive interrupts' and transmit completions' moderation.
+    pub spec: ModerationSpec,
+}
+
+impl std::str::FromStr for PortModeration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (port, spec) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?}: expected PORT=SPEC, e.g. 1=dim"))?;
+        let port = port
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{s:?}: {port:?} is not a port number (0, 1, ...)"))?;
+        let spec = spec
+            .parse::<ModerationSpec>()
+            .map_err(|e| format!("{s:?}: {e}"))?;
+        Ok(Self { port, spec })
+    }
+}
+
+impl std::fmt::Display for PortModeration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.port, self.spec)
+    }
+}
+
 /// A receive queue's moderation state.
 pub struct RxCtl {
     /// The moderation of its interrupts.

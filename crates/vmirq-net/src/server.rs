@@ -11,7 +11,7 @@ use crate::backend::NetBackend;
 use crate::counters::PortSnapshot;
 use crate::fabric::{Fabric, GuestMem, PORTS_MAX};
 use crate::pmd::PmdSnapshot;
-use crate::queues::{Datapath, Policies};
+use crate::queues::{Datapath, Policies, PortModeration};
 use crate::switch::{Switch, SwitchMode};
 use crate::tap::Tap;
 use crate::virtio::{default_mac, queues, Mac, NetConfig, PAIRS_MAX, S_LINK_UP};
@@ -82,6 +82,9 @@ pub struct ServerConfig {
     pub queue_size: u16,
     /// Moderation and kick-wait policies of every queue.
     pub policies: Policies,
+    /// Ports whose queues follow a moderation of their own instead of
+    /// `policies.moderation` (`--port-moderation`; at most one per port, socket ports only).
+    pub port_moderation: Vec<PortModeration>,
     /// Queue pairs of each vhost-user port (`--queues`, 1 to [`PAIRS_MAX`]): more than one
     /// offers VIRTIO_NET_F_MQ.
     pub queue_pairs: u16,
@@ -100,6 +103,7 @@ impl ServerConfig {
             switch: SwitchMode::Pairs,
             queue_size: 1024,
             policies: Policies::default(),
+            port_moderation: Vec::new(),
             queue_pairs: 1,
             metrics: None,
         }
@@ -132,15 +136,47 @@ impl ServerConfig {
                 self.queue_pairs, self.policies.datapath
             )));
         }
-        let overtakes = self.policies.moderation.build().overtakes();
-        if overtakes && matches!(self.policies.datapath, Datapath::Pmd { .. }) {
-            return Err(ServerError::Config(format!(
-                "--moderation {} with --datapath {}: the pmd thread publishes each run of \
-                 received frames at once and cannot park them; use --datapath per-port",
-                self.policies.moderation, self.policies.datapath
-            )));
+        for (i, o) in self.port_moderation.iter().enumerate() {
+            if o.port >= self.sockets.len() {
+                return Err(ServerError::Config(format!(
+                    "--port-moderation {o}: the switch has {} socket ports (0 to {}); a tap \
+                     port has no virtqueues to moderate",
+                    self.sockets.len(),
+                    self.sockets.len() - 1
+                )));
+            }
+            if self.port_moderation[..i].iter().any(|p| p.port == o.port) {
+                return Err(ServerError::Config(format!(
+                    "--port-moderation names port {} twice",
+                    o.port
+                )));
+            }
+        }
+        for port in 0..self.sockets.len() {
+            let moderation = self.policies_of(port).moderation;
+            if moderation.build().overtakes()
+                && matches!(self.policies.datapath, Datapath::Pmd { .. })
+            {
+                return Err(ServerError::Config(format!(
+                    "moderation {moderation} (port {port}) with --datapath {}: the pmd thread \
+                     publishes each run of received frames at once and cannot park them; use \
+                     --datapath per-port",
+                    self.policies.datapath
+                )));
+            }
         }
         Ok(())
+    }
+
+    /// The policies port `port`'s queues follow: `policies`, with the port's own
+    /// moderation if `port_moderation` names it.
+    #[must_use]
+    pub fn policies_of(&self, port: usize) -> Policies {
+        let own = self.port_moderation.iter().find(|o| o.port == port);
+        Policies {
+            moderation: own.map_or(self.policies.moderation, |o| o.spec),
+            ..self.policies
+        }
     }
 }
 
@@ -437,7 +473,7 @@ fn serve_connection(
         config,
         cfg.queue_size,
         mem.clone(),
-        &cfg.policies,
+        &cfg.policies_of(port),
     )?);
     let timers = backend.timer_fds();
     let attach = backend.attach_fd();

@@ -151,8 +151,17 @@ fn jumbo_frames_are_merged_from_several_receive_buffers() {
 /// Ping-pong at depth 1 between two ports whose receive completions the device holds for
 /// its 500 µs timer (`count:usecs=500,frames=8`), in interrupt mode.
 fn held_ping_pong() -> (common::Running, Vec<NetPort>, RunConfig) {
+    held_ping_pong_with(|_| {})
+}
+
+/// [`held_ping_pong`] with the server's configuration changed by `tweak` after the policy
+/// is set.
+fn held_ping_pong_with(
+    tweak: impl FnOnce(&mut vmirq_net::server::ServerConfig),
+) -> (common::Running, Vec<NetPort>, RunConfig) {
     let server = common::start(2, |c| {
         c.policies.moderation = "count:usecs=500,frames=8".parse().expect("spec");
+        tweak(c);
     });
     let ports = vec![
         connect(&server.sockets[0], 0, 1514),
@@ -209,6 +218,32 @@ fn a_per_queue_napi_client_reads_each_held_frame_after_its_own_interrupt() {
     assert!(per_transaction >= 1.9, "{per_transaction}: {}", r.summary());
     // Both holds run out in full: at least two hold times per transaction.
     assert!(t.rtt.p50_ns >= 2 * 450_000, "{}", r.summary());
+    for p in ports {
+        p.close().expect("rings stop");
+    }
+    server.stop();
+}
+
+#[test]
+fn a_port_with_its_own_moderation_is_not_held_while_the_other_port_is() {
+    // `--port-moderation 1=none`: port 1's receive interrupts go out at once, port 0's
+    // still wait for the count policy's 500 µs timer.
+    let (server, mut ports, mut cfg) = held_ping_pong_with(|c| {
+        c.port_moderation = vec!["1=none".parse().expect("override")];
+    });
+    cfg.napi = Napi::Queue;
+    let r = run(&mut ports, &cfg).expect("rr runs");
+    common::assert_clean(&r);
+    let t = r.rr.expect("rr report");
+    assert!(t.transactions >= 10, "{}", r.summary());
+    let (held, _) = server.handle.queue_counters(0).expect("port 0");
+    let (own, _) = server.handle.queue_counters(1).expect("port 1");
+    assert!(held.held > 0 && held.timer_fires > 0, "port 0: {held:?}");
+    assert_eq!((own.held, own.timer_fires), (0, 0), "port 1: {own:?}");
+    assert!(own.notifications > 0, "port 1: {own:?}");
+    // One hold per transaction instead of two (the per-queue client above: two).
+    assert!(t.rtt.p50_ns >= 450_000, "{}", r.summary());
+    assert!(t.rtt.p50_ns < 2 * 450_000, "{}", r.summary());
     for p in ports {
         p.close().expect("rings stop");
     }

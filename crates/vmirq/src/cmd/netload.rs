@@ -127,6 +127,12 @@ pub struct Args {
     /// several (each moderation runs with each mark).
     #[arg(long, default_value = "off", value_name = "MARK")]
     vmirq_rx_low_water: Vec<vmirq_net::rx::LowWater>,
+    /// `--port-moderation` of the `vmirq` peer (`PORT=SPEC`, repeatable): that port keeps
+    /// this moderation in every compared target, e.g. `0=none --vmirq-port-moderation
+    /// 2=none` on three ports moderates only the client's port 1 (the talk's setup, where
+    /// the bulk sender and the far end are other hosts).
+    #[arg(long, value_name = "PORT=SPEC")]
+    vmirq_port_moderation: Vec<vmirq_net::queues::PortModeration>,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, String> {
@@ -173,7 +179,11 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
 
 /// Each peer's session, interleaved: repeat `r` runs every mode against every peer before
 /// repeat `r + 1`.
-fn compare(cfg: &BenchConfig, peers: &[Target]) -> anyhow::Result<Vec<BenchResult>> {
+fn compare(
+    cfg: &BenchConfig,
+    peers: &[Target],
+    port_moderation: &[vmirq_net::queues::PortModeration],
+) -> anyhow::Result<Vec<BenchResult>> {
     let dir = std::env::temp_dir().join(format!("vmirq-netload-peers-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut results: Vec<Option<BenchResult>> = vec![None; peers.len()];
@@ -186,7 +196,8 @@ fn compare(cfg: &BenchConfig, peers: &[Target]) -> anyhow::Result<Vec<BenchResul
             let r = match peer {
                 Target::Testpmd => bench(&one, |r| eprintln!("testpmd: {}", r.summary()))?,
                 Target::Vmirq(policies) => {
-                    let srv = VmirqPeer::start(&dir, cfg.testpmd_ports, *policies)?;
+                    let srv =
+                        VmirqPeer::start(&dir, cfg.testpmd_ports, *policies, port_moderation)?;
                     let c = BenchConfig {
                         sockets: srv.sockets.clone(),
                         ..one.clone()
@@ -292,7 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let results = if peers.is_empty() {
         vec![bench(&cfg, |r| eprintln!("{}", r.summary()))?]
     } else {
-        compare(&cfg, &peers)?
+        compare(&cfg, &peers, &args.vmirq_port_moderation)?
     };
     for result in &results {
         println!("peer: {}", result.peer);

@@ -7,7 +7,7 @@
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use vmirq_net::queues::Policies;
+use vmirq_net::queues::{Policies, PortModeration};
 use vmirq_net::server::{Server, ServerConfig, ServerHandle};
 use vmirq_net::switch::SwitchMode;
 use vmirq_netload::bench::Spread;
@@ -94,18 +94,27 @@ pub fn parse_peer(s: &str) -> Result<Peer, String> {
 pub struct VmirqPeer {
     /// Its sockets, in port order.
     pub sockets: Vec<PathBuf>,
+    /// Ports with moderations of their own.
+    port_moderation: Vec<PortModeration>,
     handle: ServerHandle,
     thread: Option<std::thread::JoinHandle<vmirq_net::server::Result<()>>>,
 }
 
 impl VmirqPeer {
-    /// Start a switch of `ports` ports with sockets in `dir` ([`switch_for`] its mode).
-    pub fn start(dir: &Path, ports: usize, policies: Policies) -> anyhow::Result<Self> {
+    /// Start a switch of `ports` ports with sockets in `dir` ([`switch_for`] its mode), the
+    /// ports of `port_moderation` with moderations of their own.
+    pub fn start(
+        dir: &Path,
+        ports: usize,
+        policies: Policies,
+        port_moderation: &[PortModeration],
+    ) -> anyhow::Result<Self> {
         let sockets: Vec<PathBuf> = (0..ports)
             .map(|i| dir.join(format!("vmirq-net-{i}.sock")))
             .collect();
         let mut cfg = ServerConfig::new(sockets.clone());
         cfg.policies = policies;
+        cfg.port_moderation = port_moderation.to_vec();
         cfg.switch = switch_for(ports);
         let server = Server::new(cfg).context("starting vmirq serve-net")?;
         let handle = server.handle();
@@ -114,6 +123,7 @@ impl VmirqPeer {
             .spawn(move || server.run())?;
         Ok(Self {
             sockets,
+            port_moderation: port_moderation.to_vec(),
             handle,
             thread: Some(thread),
         })
@@ -127,6 +137,9 @@ impl VmirqPeer {
         );
         if policies.rx_low_water != vmirq_net::rx::LowWater::Off {
             s.push_str(&format!(" --rx-low-water {}", policies.rx_low_water));
+        }
+        for o in &self.port_moderation {
+            s.push_str(&format!(" --port-moderation {o}"));
         }
         if switch_for(self.sockets.len()) == SwitchMode::Learn {
             s.push_str(" --switch learn");
@@ -221,7 +234,7 @@ pub fn loopback(peers: &[Target], repeat: usize, seconds: u32) -> anyhow::Result
                     .context("loopback through testpmd")?
                     .median_pps(),
                 Target::Vmirq(policies) => {
-                    let srv = VmirqPeer::start(&dir, 2, *policies)?;
+                    let srv = VmirqPeer::start(&dir, 2, *policies, &[])?;
                     let res = loopback_client(&dir, &srv.sockets, seconds);
                     let summary = srv.stop()?;
                     eprint!("{summary}");

@@ -37,6 +37,11 @@ pub struct Args {
     /// in `vmirq serve`: `none`, `count:usecs=U,frames=F`, `dim`, `budget:us=B`, ...
     #[arg(long, default_value = "none", value_name = "SPEC")]
     moderation: ModerationSpec,
+    /// One port's own moderation instead of `--moderation` (repeatable): `PORT=SPEC`, the
+    /// port counted from 0 in `--socket` order, e.g. `--port-moderation 1=dim` (each VM's
+    /// vNIC its own coalescing, as ethtool sets it per device). Socket ports only.
+    #[arg(long, value_name = "PORT=SPEC")]
+    port_moderation: Vec<vmirq_net::queues::PortModeration>,
     /// Kick wait policy of every transmit queue, as in `vmirq serve`: `never`, `kvm`,
     /// `fixed:ns=N`, `histogram`, ...
     #[arg(long, default_value = "never", value_name = "SPEC")]
@@ -94,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     cfg.queue_size = args.queue_size;
     cfg.queue_pairs = args.queues;
     cfg.metrics = args.metrics;
+    cfg.port_moderation = args.port_moderation;
     cfg.policies = Policies {
         moderation: args.moderation,
         poll: args.poll,
