@@ -1,12 +1,19 @@
-//! Fuzz `vmirq serve-net`'s vhost-user message level: a real two-port switch
+//! Fuzz `vmirq serve-net`'s vhost-user message level: a real switch
 //! (`vmirq_net::server::Server`, on sockets in a private temp dir, started once per fuzz
 //! process) and, per input, a hand-driven frontend on port 0 that sends arbitrary sequences
 //! of messages with descriptors attached (memfds, eventfds, /dev/null, sockets), raw junk,
 //! structured messages with fuzzed fields (features of virtio-net, config space offsets and
 //! sizes, memory tables, vring indexes in and out of range, addresses, fds), the valid setup
 //! steps QEMU takes, and guest activity on the shared memory (frames on the transmit rings,
-//! receive buffers, raw descriptors, control commands, kicks); optionally port 1 gets a valid
-//! frontend with receive buffers, so frames cross the switch.
+//! receive buffers, raw descriptors, control commands, kicks), and may shrink its memory
+//! under the backend (ftruncate of a region's memfd after SET_MEM_TABLE); optionally the
+//! other ports get valid frontends with receive buffers, so frames cross the switch.
+//!
+//! The switch's shape is chosen per fuzz process by `VMIRQ_FUZZ_NET` (comma-separated, any
+//! order): `pmd` for the pmd data path (one forwarding thread polling every port; one queue
+//! pair per port), `3` or `4` for that many ports (MAC learning; 2 ports switch in fixed
+//! pairs). Default: the per-port data path with two queue pairs, two ports. CI runs the
+//! default; e.g. `VMIRQ_FUZZ_NET=pmd,3 cargo fuzz run net_messages` for the others.
 //!
 //! Oracles: no thread of the server panics (libfuzzer-sys's panic hook aborts the process)
 //! or dies of SIGBUS; once the frontends close, each port is free again within a bound (its
@@ -21,22 +28,21 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use vmirq_net::queues::Datapath;
 use vmirq_net::server::{Server, ServerConfig, ServerHandle};
+use vmirq_net::switch::SwitchMode;
 use vmirq_net::virtio::{
     default_mac, F_CTRL_VQ, F_EVENT_IDX, F_IN_ORDER, F_MAC, F_MQ, F_MRG_RXBUF, F_NOTF_COAL,
     F_PROTOCOL_FEATURES, F_STATUS, F_VERSION_1, F_VQ_NOTF_COAL, HDR_LEN,
 };
-use vmirq_vhost::mock_guest::Desc;
+use vmirq_vhost::mock_guest::{Desc, REGION0_LEN, REGION1_LEN};
 use vmirq_vhost::raw_frontend::{
     req, vring_addr, vring_state, RawFrontend, Session, FLAG_NEED_REPLY, VERSION_1,
 };
 
-/// Queue pairs of each port: RX 0, TX 0, RX 1, TX 1, then the control queue (4).
-const PAIRS: u16 = 2;
-/// Virtqueues of a port.
-const QUEUES: u16 = 2 * PAIRS + 1;
-/// The control queue's index.
-const CTRL: u16 = 2 * PAIRS;
+/// Queue pairs of each port on the per-port data path: RX 0, TX 0, RX 1, TX 1, then the
+/// control queue (4). The pmd data path serves one pair (RX 0, TX 0, control queue 2).
+const PAIRS_PER_PORT: u16 = 2;
 /// Entries of the frontend's rings.
 const SIZE: u16 = 16;
 /// `VHOST_USER_SET_CONFIG` (not in the guard's table).
@@ -49,6 +55,39 @@ struct Switch {
     handle: ServerHandle,
     sockets: Vec<PathBuf>,
     thread: JoinHandle<vmirq_net::server::Result<()>>,
+    /// Queue pairs of each port.
+    pairs: u16,
+}
+
+impl Switch {
+    /// Virtqueues of a port.
+    fn queues(&self) -> u16 {
+        2 * self.pairs + 1
+    }
+
+    /// The control queue's index.
+    fn ctrl(&self) -> u16 {
+        2 * self.pairs
+    }
+
+    /// The pair an op's `pair` names.
+    fn pair(&self, pair: bool) -> u16 {
+        u16::from(pair) % self.pairs
+    }
+}
+
+/// The switch's shape from `VMIRQ_FUZZ_NET` (see the module docs): (pmd, ports).
+fn shape() -> (bool, usize) {
+    let spec = std::env::var("VMIRQ_FUZZ_NET").unwrap_or_default();
+    let mut shape = (false, 2);
+    for word in spec.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match word {
+            "pmd" => shape.0 = true,
+            "2" | "3" | "4" => shape.1 = word.parse().expect("a port count"),
+            _ => panic!("VMIRQ_FUZZ_NET: {word:?} is neither `pmd` nor a port count 2-4"),
+        }
+    }
+    shape
 }
 
 /// The temp dir of the sockets, removed at exit.
@@ -69,10 +108,20 @@ fn switch() -> &'static Switch {
         // SAFETY: `remove_dir` is an `extern "C" fn()` that only reads a static and removes
         // files; registering it has no other effect.
         unsafe { libc::atexit(remove_dir) };
-        let sockets: Vec<PathBuf> = (0..2).map(|p| dir.join(format!("port{p}.sock"))).collect();
+        let (pmd, ports) = shape();
+        let sockets: Vec<PathBuf> = (0..ports)
+            .map(|p| dir.join(format!("port{p}.sock")))
+            .collect();
         let mut cfg = ServerConfig::new(sockets.clone());
-        cfg.queue_pairs = PAIRS;
+        let pairs = if pmd { 1 } else { PAIRS_PER_PORT };
+        cfg.queue_pairs = pairs;
         cfg.queue_size = 64;
+        if pmd {
+            cfg.policies.datapath = Datapath::Pmd { cpu: None };
+        }
+        if ports > 2 {
+            cfg.switch = SwitchMode::Learn;
+        }
         let server = Server::new(cfg).expect("server");
         let handle = server.handle();
         let thread = std::thread::spawn(move || server.run());
@@ -80,6 +129,7 @@ fn switch() -> &'static Switch {
             handle,
             sockets,
             thread,
+            pairs,
         }
     })
 }
@@ -109,8 +159,8 @@ enum Op {
     /// QEMU's handshake (every offered feature but EVENT_IDX).
     Handshake,
     /// The whole valid setup in one step (handshake, memory table, every ring started),
-    /// receive buffers on both pairs, and with `peer` a valid frontend on port 1: the
-    /// data path runs from here.
+    /// receive buffers on every pair, and with `peer` a valid frontend on the next free
+    /// port: the data path runs from here.
     Setup {
         peer: bool,
     },
@@ -126,7 +176,8 @@ enum Op {
     StartVring(u8),
     StopVring(u8),
     Kick(u8),
-    /// A frame on transmit queue `pair` (to port 1, broadcast, or itself), header flags.
+    /// A frame on transmit queue `pair` (to another port, broadcast, or itself), header
+    /// flags.
     Frame {
         pair: bool,
         to: u8,
@@ -196,25 +247,36 @@ enum Op {
     },
     Raw(Vec<u8>),
     Recv,
-    /// Connect port 1 with a valid frontend (once), receive buffers on both pairs.
+    /// Connect the next free port (1, 2, ...) with a valid frontend, receive buffers on
+    /// every pair.
     Peer,
-    /// Receive buffers on the peer's pair.
+    /// Receive buffers on peer `which`'s pair.
     PeerRx {
+        which: u8,
         pair: bool,
         n: u8,
     },
-    /// A frame from the peer to port 0 on the peer's pair (port 0's receive path).
+    /// A frame from peer `which` to port 0 on the peer's pair (port 0's receive path).
     PeerFrame {
+        which: u8,
         pair: bool,
         len: u16,
     },
+    /// Shrink region 0 or 1's memfd to `pages` 4 KiB pages (modulo its size), as a hostile
+    /// frontend may after SET_MEM_TABLE. This frontend then touches its own memory no
+    /// more (that would fault in the fuzzer itself): later ops only send messages.
+    Shrink {
+        region: bool,
+        pages: u16,
+    },
 }
 
-/// A queue index: mostly the device's (0 to 4), sometimes just past it, sometimes anything.
+/// A queue index: mostly the device's, sometimes just past it, sometimes anything.
 fn vring_index(index: u32) -> u32 {
+    let queues = u32::from(switch().queues());
     match index % 8 {
-        0..=5 => index % u32::from(QUEUES),
-        6 => u32::from(QUEUES) + (index >> 3) % 64,
+        0..=5 => index % queues,
+        6 => queues + (index >> 3) % 64,
         _ => index,
     }
 }
@@ -273,23 +335,40 @@ fn features(s: &Session, acked: u64, protocol: u64) {
     let _ = fe.call(req::SET_FEATURES, &acked.to_le_bytes(), &[]);
 }
 
-fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
+/// Whether `op` writes the frontend's own guest memory (refused once it shrank it).
+fn touches_memory(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Setup { .. }
+            | Op::Frame { .. }
+            | Op::RxBuffers { .. }
+            | Op::Ctrl { .. }
+            | Op::Desc { .. }
+            | Op::Publish { .. }
+    )
+}
+
+fn run(s: &mut Session, peers: &mut Vec<Session>, shrunk: &mut bool, op: Op) {
+    if *shrunk && touches_memory(&op) {
+        return;
+    }
+    let sw = switch();
     let fe = &s.fe;
     let mut keep: Keep = Vec::new();
-    let q = |q: u8| u16::from(q) % QUEUES;
+    let q = |q: u8| u16::from(q) % sw.queues();
     match op {
         Op::Handshake => drop(s.handshake()),
         Op::Setup { peer: with_peer } => {
             let _ = s.handshake();
             let _ = s.set_mem_table();
-            for i in 0..QUEUES {
+            for i in 0..sw.queues() {
                 let _ = s.start_vring(i);
             }
-            for pair in 0..PAIRS {
+            for pair in 0..sw.pairs {
                 rx_buffers(s, 2 * pair, 4, 2047);
             }
-            if with_peer && peer.is_none() {
-                *peer = connect_peer();
+            if with_peer {
+                connect_next_peer(peers);
             }
         }
         Op::Features {
@@ -325,32 +404,28 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
             len,
             hdr0,
         } => {
-            let dst = match to % 3 {
-                0 => default_mac(1),
-                1 => [0xff; 6],
-                _ => default_mac(0),
+            let ports = sw.sockets.len();
+            let dst = match usize::from(to) % (ports + 1) {
+                0 => [0xff; 6],
+                p => default_mac(p - 1),
             };
             let hdr0 = if hdr0 & 0x80 != 0 { hdr0 & 0x7f } else { 0 };
-            send_frame(s, 2 * u16::from(pair) + 1, dst, default_mac(0), len, hdr0);
+            send_frame(s, 2 * sw.pair(pair) + 1, dst, default_mac(0), len, hdr0);
         }
-        Op::PeerFrame { pair, len } => {
-            if let Some(p) = peer.as_mut() {
-                send_frame(
-                    p,
-                    2 * u16::from(pair) + 1,
-                    default_mac(0),
-                    default_mac(1),
-                    len,
-                    0,
-                );
+        Op::PeerFrame { which, pair, len } => {
+            let n = peers.len();
+            if let Some(p) = peers.get_mut(usize::from(which) % n.max(1)) {
+                let src = default_mac(usize::from(which) % n + 1);
+                send_frame(p, 2 * sw.pair(pair) + 1, default_mac(0), src, len, 0);
             }
         }
-        Op::RxBuffers { pair, n, len } => rx_buffers(s, 2 * u16::from(pair), n, len),
+        Op::RxBuffers { pair, n, len } => rx_buffers(s, 2 * sw.pair(pair), n, len),
         Op::Ctrl { class, cmd, arg } => {
             let mut bytes = vec![class % 8, cmd % 4];
             bytes.extend_from_slice(&arg[..arg.len().min(32)]);
-            let _ = s.queues[usize::from(CTRL)].guest.push_command(&bytes);
-            let _ = s.kick(CTRL);
+            let ctrl = sw.ctrl();
+            let _ = s.queues[usize::from(ctrl)].guest.push_command(&bytes);
+            let _ = s.kick(ctrl);
         }
         Op::Desc {
             q: i,
@@ -454,7 +529,7 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
                 .filter_map(|f| make_fd(f, s, &mut keep))
                 .collect();
             let value = match which & 0xc {
-                0 => (value % u64::from(QUEUES)) | (value & 0x100),
+                0 => (value % u64::from(sw.queues())) | (value & 0x100),
                 4 => value & 0x1ff,
                 _ => value,
             };
@@ -471,14 +546,19 @@ fn run(s: &mut Session, peer: &mut Option<Session>, op: Op) {
         Op::Recv => {
             let _ = fe.recv(Duration::from_millis(1));
         }
-        Op::Peer => {
-            if peer.is_none() {
-                *peer = connect_peer();
+        Op::Peer => connect_next_peer(peers),
+        Op::PeerRx { which, pair, n } => {
+            let n_peers = peers.len().max(1);
+            if let Some(p) = peers.get_mut(usize::from(which) % n_peers) {
+                rx_buffers(p, 2 * sw.pair(pair), n, 2047);
             }
         }
-        Op::PeerRx { pair, n } => {
-            if let Some(p) = peer.as_mut() {
-                rx_buffers(p, 2 * u16::from(pair), n, 2047);
+        Op::Shrink { region, pages } => {
+            let region = usize::from(region);
+            let len = [REGION0_LEN, REGION1_LEN][region];
+            let bytes = u64::from(pages) * 4096 % len;
+            if s.mem.truncate(region, bytes).is_ok() {
+                *shrunk = true;
             }
         }
     }
@@ -497,15 +577,22 @@ fn wait_serving(sw: &Switch, port: usize, want: bool) {
     }
 }
 
-/// A valid frontend on port 1 with every ring started and receive buffers on both pairs.
-fn connect_peer() -> Option<Session> {
+/// A valid frontend on the next free port (1, 2, ...) with every ring started and receive
+/// buffers on every pair; nothing when every port has one.
+fn connect_next_peer(peers: &mut Vec<Session>) {
     let sw = switch();
-    let mut p = Session::start(&sw.sockets[1], QUEUES, SIZE).ok()?;
-    wait_serving(sw, 1, true);
-    for pair in 0..PAIRS {
+    let port = peers.len() + 1;
+    let Some(path) = sw.sockets.get(port) else {
+        return;
+    };
+    let Ok(mut p) = Session::start(path, sw.queues(), SIZE) else {
+        return;
+    };
+    wait_serving(sw, port, true);
+    for pair in 0..sw.pairs {
         rx_buffers(&mut p, 2 * pair, 7, 2047);
     }
-    Some(p)
+    peers.push(p);
 }
 
 fuzz_target!(|ops: Vec<Op>| {
@@ -520,15 +607,17 @@ fuzz_target!(|ops: Vec<Op>| {
     fe.set_reply_timeout(Duration::from_millis(50));
     // The port's connection is up (its daemon reads the messages) before the first one.
     wait_serving(sw, 0, true);
-    let mut s = Session::prepare(fe, QUEUES, SIZE).expect("session");
-    let mut peer = None;
+    let mut s = Session::prepare(fe, sw.queues(), SIZE).expect("session");
+    let mut peers = Vec::new();
+    let mut shrunk = false;
     for op in ops.into_iter().take(48) {
-        run(&mut s, &mut peer, op);
+        run(&mut s, &mut peers, &mut shrunk, op);
     }
     let _ = s.fe.stream().shutdown(std::net::Shutdown::Both);
     drop(s);
-    drop(peer);
-    // Both ports must be free again (bounded: a hang is a finding), the server still up.
-    wait_serving(sw, 0, false);
-    wait_serving(sw, 1, false);
+    drop(peers);
+    // Every port must be free again (bounded: a hang is a finding), the server still up.
+    for port in 0..sw.sockets.len() {
+        wait_serving(sw, port, false);
+    }
 });
