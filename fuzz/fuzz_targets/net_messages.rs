@@ -5,9 +5,10 @@
 //! structured messages with fuzzed fields (features of virtio-net, config space offsets and
 //! sizes, memory tables, vring indexes in and out of range, addresses, fds), the valid setup
 //! steps QEMU takes, and guest activity on the shared memory (frames on the transmit rings,
-//! receive buffers, raw descriptors, control commands, kicks), and may shrink its memory
-//! under the backend (ftruncate of a region's memfd after SET_MEM_TABLE); optionally the
-//! other ports get valid frontends with receive buffers, so frames cross the switch.
+//! receive buffers, raw descriptors, control commands, kicks); optionally the other ports
+//! get valid frontends with receive buffers, so frames cross the switch. Any of these
+//! frontends may shrink its memory under the backend while frames move (ftruncate of a
+//! region's memfd after SET_MEM_TABLE).
 //!
 //! The switch's shape is chosen per fuzz process by `VMIRQ_FUZZ_NET` (comma-separated, any
 //! order): `pmd` for the pmd data path (one forwarding thread polling every port; one queue
@@ -92,22 +93,32 @@ fn shape() -> (bool, usize) {
 
 /// The temp dir of the sockets, removed at exit.
 static DIR: OnceLock<PathBuf> = OnceLock::new();
+/// The switch, started by the first input.
+static SWITCH: OnceLock<Switch> = OnceLock::new();
 
-extern "C" fn remove_dir() {
+/// At exit: remove the sockets' dir, and say how many connections the switch dropped
+/// because their frontend shrank memory it had handed over (whether `Op::Shrink` reached
+/// the backend).
+extern "C" fn at_exit() {
     if let Some(dir) = DIR.get() {
         let _ = std::fs::remove_dir_all(dir);
+    }
+    if let Some(sw) = SWITCH.get() {
+        eprintln!(
+            "net_messages: {} connection(s) dropped for revoked memory",
+            sw.handle.memory_revoked()
+        );
     }
 }
 
 fn switch() -> &'static Switch {
-    static SWITCH: OnceLock<Switch> = OnceLock::new();
     SWITCH.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("vmirq-net-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("socket dir");
         let dir = DIR.get_or_init(|| dir);
-        // SAFETY: `remove_dir` is an `extern "C" fn()` that only reads a static and removes
-        // files; registering it has no other effect.
-        unsafe { libc::atexit(remove_dir) };
+        // SAFETY: `at_exit` is an `extern "C" fn()` that only reads statics, removes files
+        // and writes to stderr; registering it has no other effect.
+        unsafe { libc::atexit(at_exit) };
         let (pmd, ports) = shape();
         let sockets: Vec<PathBuf> = (0..ports)
             .map(|p| dir.join(format!("port{p}.sock")))
@@ -262,10 +273,13 @@ enum Op {
         pair: bool,
         len: u16,
     },
-    /// Shrink region 0 or 1's memfd to `pages` 4 KiB pages (modulo its size), as a hostile
-    /// frontend may after SET_MEM_TABLE. This frontend then touches its own memory no
-    /// more (that would fault in the fuzzer itself): later ops only send messages.
+    /// Shrink region 0 or 1's memfd (see [`Frontend::shrink`]), as a hostile
+    /// frontend may after SET_MEM_TABLE: port 0's (`who % (peers + 1) == 0`) or a peer's,
+    /// while frames still cross the switch to and from it. That frontend then touches its
+    /// own memory no more (that would fault in the fuzzer itself): later ops on it only send
+    /// messages.
     Shrink {
+        who: u8,
         region: bool,
         pages: u16,
     },
@@ -335,6 +349,37 @@ fn features(s: &Session, acked: u64, protocol: u64) {
     let _ = fe.call(req::SET_FEATURES, &acked.to_le_bytes(), &[]);
 }
 
+/// A frontend of the input: port 0's or a peer's.
+struct Frontend {
+    s: Session,
+    /// It shrank its memory: its mapping may fault, so it writes its memory no more.
+    shrunk: bool,
+}
+
+impl Frontend {
+    /// Shrink region `region`'s memfd to nothing (`pages % 4 == 0`) or to `pages / 4`
+    /// 4 KiB pages modulo its size: the rings are in region 0's first pages, so a random
+    /// cut mostly leaves them alone.
+    fn shrink(&mut self, region: bool, pages: u16) {
+        let region = usize::from(region);
+        let len = [REGION0_LEN, REGION1_LEN][region];
+        let bytes = if pages % 4 == 0 {
+            0
+        } else {
+            u64::from(pages / 4) * 4096 % len
+        };
+        if self.s.mem.truncate(region, bytes).is_ok() {
+            self.shrunk = true;
+        }
+    }
+}
+
+/// Peer `which` (modulo their number) if it may still write its memory.
+fn live_peer(peers: &mut [Frontend], which: u8) -> Option<&mut Frontend> {
+    let n = peers.len().max(1);
+    peers.get_mut(usize::from(which) % n).filter(|p| !p.shrunk)
+}
+
 /// Whether `op` writes the frontend's own guest memory (refused once it shrank it).
 fn touches_memory(op: &Op) -> bool {
     matches!(
@@ -348,11 +393,12 @@ fn touches_memory(op: &Op) -> bool {
     )
 }
 
-fn run(s: &mut Session, peers: &mut Vec<Session>, shrunk: &mut bool, op: Op) {
-    if *shrunk && touches_memory(&op) {
+fn run(me: &mut Frontend, peers: &mut Vec<Frontend>, op: Op) {
+    if me.shrunk && touches_memory(&op) {
         return;
     }
     let sw = switch();
+    let s = &mut me.s;
     let fe = &s.fe;
     let mut keep: Keep = Vec::new();
     let q = |q: u8| u16::from(q) % sw.queues();
@@ -413,10 +459,9 @@ fn run(s: &mut Session, peers: &mut Vec<Session>, shrunk: &mut bool, op: Op) {
             send_frame(s, 2 * sw.pair(pair) + 1, dst, default_mac(0), len, hdr0);
         }
         Op::PeerFrame { which, pair, len } => {
-            let n = peers.len();
-            if let Some(p) = peers.get_mut(usize::from(which) % n.max(1)) {
-                let src = default_mac(usize::from(which) % n + 1);
-                send_frame(p, 2 * sw.pair(pair) + 1, default_mac(0), src, len, 0);
+            let src = default_mac(usize::from(which) % peers.len().max(1) + 1);
+            if let Some(p) = live_peer(peers, which) {
+                send_frame(&mut p.s, 2 * sw.pair(pair) + 1, default_mac(0), src, len, 0);
             }
         }
         Op::RxBuffers { pair, n, len } => rx_buffers(s, 2 * sw.pair(pair), n, len),
@@ -548,19 +593,14 @@ fn run(s: &mut Session, peers: &mut Vec<Session>, shrunk: &mut bool, op: Op) {
         }
         Op::Peer => connect_next_peer(peers),
         Op::PeerRx { which, pair, n } => {
-            let n_peers = peers.len().max(1);
-            if let Some(p) = peers.get_mut(usize::from(which) % n_peers) {
-                rx_buffers(p, 2 * sw.pair(pair), n, 2047);
+            if let Some(p) = live_peer(peers, which) {
+                rx_buffers(&mut p.s, 2 * sw.pair(pair), n, 2047);
             }
         }
-        Op::Shrink { region, pages } => {
-            let region = usize::from(region);
-            let len = [REGION0_LEN, REGION1_LEN][region];
-            let bytes = u64::from(pages) * 4096 % len;
-            if s.mem.truncate(region, bytes).is_ok() {
-                *shrunk = true;
-            }
-        }
+        Op::Shrink { who, region, pages } => match usize::from(who) % (peers.len() + 1) {
+            0 => me.shrink(region, pages),
+            p => peers[p - 1].shrink(region, pages),
+        },
     }
 }
 
@@ -579,7 +619,7 @@ fn wait_serving(sw: &Switch, port: usize, want: bool) {
 
 /// A valid frontend on the next free port (1, 2, ...) with every ring started and receive
 /// buffers on every pair; nothing when every port has one.
-fn connect_next_peer(peers: &mut Vec<Session>) {
+fn connect_next_peer(peers: &mut Vec<Frontend>) {
     let sw = switch();
     let port = peers.len() + 1;
     let Some(path) = sw.sockets.get(port) else {
@@ -592,7 +632,10 @@ fn connect_next_peer(peers: &mut Vec<Session>) {
     for pair in 0..sw.pairs {
         rx_buffers(&mut p, 2 * pair, 7, 2047);
     }
-    peers.push(p);
+    peers.push(Frontend {
+        s: p,
+        shrunk: false,
+    });
 }
 
 fuzz_target!(|ops: Vec<Op>| {
@@ -607,14 +650,14 @@ fuzz_target!(|ops: Vec<Op>| {
     fe.set_reply_timeout(Duration::from_millis(50));
     // The port's connection is up (its daemon reads the messages) before the first one.
     wait_serving(sw, 0, true);
-    let mut s = Session::prepare(fe, sw.queues(), SIZE).expect("session");
+    let s = Session::prepare(fe, sw.queues(), SIZE).expect("session");
+    let mut me = Frontend { s, shrunk: false };
     let mut peers = Vec::new();
-    let mut shrunk = false;
     for op in ops.into_iter().take(48) {
-        run(&mut s, &mut peers, &mut shrunk, op);
+        run(&mut me, &mut peers, op);
     }
-    let _ = s.fe.stream().shutdown(std::net::Shutdown::Both);
-    drop(s);
+    let _ = me.s.fe.stream().shutdown(std::net::Shutdown::Both);
+    drop(me);
     drop(peers);
     // Every port must be free again (bounded: a hang is a finding), the server still up.
     for port in 0..sw.sockets.len() {
