@@ -13,7 +13,8 @@
 //! The switch's shape is chosen per fuzz process by `VMIRQ_FUZZ_NET` (comma-separated, any
 //! order): `pmd` for the pmd data path (one forwarding thread polling every port; one queue
 //! pair per port), `3` or `4` for that many ports (MAC learning; 2 ports switch in fixed
-//! pairs). Default: the per-port data path with two queue pairs, two ports. CI runs the
+//! pairs), `pairs` for fixed pairs with 3 or 4 ports too (0 <-> 1, 2 <-> 3; an odd last port
+//! gets nothing). Default: the per-port data path with two queue pairs, two ports. CI runs the
 //! default; e.g. `VMIRQ_FUZZ_NET=pmd,3 cargo fuzz run net_messages` for the others.
 //!
 //! Oracles: no thread of the server panics (libfuzzer-sys's panic hook aborts the process)
@@ -77,15 +78,17 @@ impl Switch {
     }
 }
 
-/// The switch's shape from `VMIRQ_FUZZ_NET` (see the module docs): (pmd, ports).
-fn shape() -> (bool, usize) {
+/// The switch's shape from `VMIRQ_FUZZ_NET` (see the module docs): (pmd, ports, fixed
+/// pairs with more than two ports).
+fn shape() -> (bool, usize, bool) {
     let spec = std::env::var("VMIRQ_FUZZ_NET").unwrap_or_default();
-    let mut shape = (false, 2);
+    let mut shape = (false, 2, false);
     for word in spec.split(',').map(str::trim).filter(|w| !w.is_empty()) {
         match word {
             "pmd" => shape.0 = true,
             "2" | "3" | "4" => shape.1 = word.parse().expect("a port count"),
-            _ => panic!("VMIRQ_FUZZ_NET: {word:?} is neither `pmd` nor a port count 2-4"),
+            "pairs" => shape.2 = true,
+            _ => panic!("VMIRQ_FUZZ_NET: {word:?} is not `pmd`, `pairs` or a port count 2-4"),
         }
     }
     shape
@@ -119,7 +122,7 @@ fn switch() -> &'static Switch {
         // SAFETY: `at_exit` is an `extern "C" fn()` that only reads statics, removes files
         // and writes to stderr; registering it has no other effect.
         unsafe { libc::atexit(at_exit) };
-        let (pmd, ports) = shape();
+        let (pmd, ports, pairs_only) = shape();
         let sockets: Vec<PathBuf> = (0..ports)
             .map(|p| dir.join(format!("port{p}.sock")))
             .collect();
@@ -130,7 +133,7 @@ fn switch() -> &'static Switch {
         if pmd {
             cfg.policies.datapath = Datapath::Pmd { cpu: None };
         }
-        if ports > 2 {
+        if ports > 2 && !pairs_only {
             cfg.switch = SwitchMode::Learn;
         }
         let server = Server::new(cfg).expect("server");
