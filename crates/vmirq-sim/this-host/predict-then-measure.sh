@@ -71,16 +71,15 @@ mask=()
 case " $flags " in
   *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "* | *" --v10 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
 esac
-"$vmirq" sim scenarios/this_host_device.toml --costs "$out/profile.json" \
-  --set "workload.isr_ns=$(( 26 * insn ))" "${mask[@]}" --json "$out/prediction-device.json" > /dev/null
-# The device cells' sensitivity (fourteenth session): the same prediction with the handler
-# one and two emulated instructions shorter and longer, written next to it. A cell whose p50
-# moves far within this band sits on a knife edge (the timer-bound `count` cell: 8 or 9
-# completions per interrupt); the point prediction above stays the one compared.
-for k in -2 -1 1 2; do
+# k = 0 is the prediction compared (the handler's 26 emulated instructions). The other runs
+# are the device cells' sensitivity (fourteenth session): the handler one and two
+# instructions shorter and longer, written next to it. A cell whose p50 moves far within
+# this band sits on a knife edge (the timer-bound `count` cell: 8 or 9 completions per
+# interrupt).
+for k in 0 -2 -1 1 2; do
+  case $k in 0) name=prediction-device ;; -*) name=prediction-device-handler$k ;; *) name=prediction-device-handler+$k ;; esac
   "$vmirq" sim scenarios/this_host_device.toml --costs "$out/profile.json" \
-    --set "workload.isr_ns=$(( (26 + k) * insn ))" "${mask[@]}" \
-    --json "$out/prediction-device-handler$( [ "$k" -gt 0 ] && echo "+" )$k.json" > /dev/null
+    --set "workload.isr_ns=$(( (26 + k) * insn ))" "${mask[@]}" --json "$out/$name.json" > /dev/null
 done
 python3 "$here/prediction-table.py" "$out" "$label" "$flags" > "$out/prediction.md"
 echo "prediction made $(date -u +%FT%TZ)" >> "$out/window.txt"
