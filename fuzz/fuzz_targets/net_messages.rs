@@ -11,10 +11,11 @@
 //! region's memfd after SET_MEM_TABLE).
 //!
 //! The switch's shape is chosen per fuzz process by `VMIRQ_FUZZ_NET` (comma-separated, any
-//! order): `pmd` for the pmd data path (one forwarding thread polling every port; one queue
-//! pair per port), `3` or `4` for that many ports (MAC learning; 2 ports switch in fixed
-//! pairs), `pairs` for fixed pairs with 3 or 4 ports too (0 <-> 1, 2 <-> 3; an odd last port
-//! gets nothing). Default: the per-port data path with two queue pairs, two ports. CI runs the
+//! order, the words of serve-net's own options): a `--datapath` (`pmd`: one forwarding
+//! thread polling every port, one queue pair per port; `per-port`), a port count 2 to 4, a
+//! `--switch` mode (`pairs`: 0 <-> 1, 2 <-> 3, an odd last port gets nothing; `learn`; by
+//! default fixed pairs on 2 ports and MAC learning on more). Default: the per-port data path
+//! with two queue pairs, two ports. CI runs the
 //! default; e.g. `VMIRQ_FUZZ_NET=pmd,3 cargo fuzz run net_messages` for the others.
 //!
 //! Oracles: no thread of the server panics (libfuzzer-sys's panic hook aborts the process)
@@ -54,6 +55,8 @@ const FREE_WITHIN: Duration = Duration::from_secs(20);
 
 /// The switch under test.
 struct Switch {
+    /// The sockets' temp dir, removed at exit.
+    dir: PathBuf,
     handle: ServerHandle,
     sockets: Vec<PathBuf>,
     thread: JoinHandle<vmirq_net::server::Result<()>>,
@@ -78,24 +81,46 @@ impl Switch {
     }
 }
 
-/// The switch's shape from `VMIRQ_FUZZ_NET` (see the module docs): (pmd, ports, fixed
-/// pairs with more than two ports).
-fn shape() -> (bool, usize, bool) {
+/// The switch's configuration from `VMIRQ_FUZZ_NET` (see the module docs), its sockets in
+/// `dir`.
+fn configure(dir: &std::path::Path) -> ServerConfig {
     let spec = std::env::var("VMIRQ_FUZZ_NET").unwrap_or_default();
-    let mut shape = (false, 2, false);
+    let (mut datapath, mut ports, mut switch) = (Datapath::PerPort, 2, None);
     for word in spec.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        match word {
-            "pmd" => shape.0 = true,
-            "2" | "3" | "4" => shape.1 = word.parse().expect("a port count"),
-            "pairs" => shape.2 = true,
-            _ => panic!("VMIRQ_FUZZ_NET: {word:?} is not `pmd`, `pairs` or a port count 2-4"),
+        if let Ok(d) = word.parse::<Datapath>() {
+            datapath = d;
+        } else if let Ok(m) = word.parse::<SwitchMode>() {
+            switch = Some(m);
+        } else {
+            ports = word
+                .parse()
+                .ok()
+                .filter(|n| (2..=4).contains(n))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "VMIRQ_FUZZ_NET: {word:?} is no data path, switch mode or port count 2-4"
+                    )
+                });
         }
     }
-    shape
+    let sockets = (0..ports)
+        .map(|p| dir.join(format!("port{p}.sock")))
+        .collect();
+    let mut cfg = ServerConfig::new(sockets);
+    cfg.policies.datapath = datapath;
+    cfg.queue_pairs = match datapath {
+        Datapath::Pmd { .. } => 1,
+        Datapath::PerPort => PAIRS_PER_PORT,
+    };
+    cfg.queue_size = 64;
+    cfg.switch = switch.unwrap_or(if ports > 2 {
+        SwitchMode::Learn
+    } else {
+        SwitchMode::Pairs
+    });
+    cfg
 }
 
-/// The temp dir of the sockets, removed at exit.
-static DIR: OnceLock<PathBuf> = OnceLock::new();
 /// The switch, started by the first input.
 static SWITCH: OnceLock<Switch> = OnceLock::new();
 
@@ -103,10 +128,8 @@ static SWITCH: OnceLock<Switch> = OnceLock::new();
 /// because their frontend shrank memory it had handed over (whether `Op::Shrink` reached
 /// the backend).
 extern "C" fn at_exit() {
-    if let Some(dir) = DIR.get() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
     if let Some(sw) = SWITCH.get() {
+        let _ = std::fs::remove_dir_all(&sw.dir);
         eprintln!(
             "net_messages: {} connection(s) dropped for revoked memory",
             sw.handle.memory_revoked()
@@ -118,28 +141,16 @@ fn switch() -> &'static Switch {
     SWITCH.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("vmirq-net-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("socket dir");
-        let dir = DIR.get_or_init(|| dir);
-        // SAFETY: `at_exit` is an `extern "C" fn()` that only reads statics, removes files
+        // SAFETY: `at_exit` is an `extern "C" fn()` that only reads a static, removes files
         // and writes to stderr; registering it has no other effect.
         unsafe { libc::atexit(at_exit) };
-        let (pmd, ports, pairs_only) = shape();
-        let sockets: Vec<PathBuf> = (0..ports)
-            .map(|p| dir.join(format!("port{p}.sock")))
-            .collect();
-        let mut cfg = ServerConfig::new(sockets.clone());
-        let pairs = if pmd { 1 } else { PAIRS_PER_PORT };
-        cfg.queue_pairs = pairs;
-        cfg.queue_size = 64;
-        if pmd {
-            cfg.policies.datapath = Datapath::Pmd { cpu: None };
-        }
-        if ports > 2 && !pairs_only {
-            cfg.switch = SwitchMode::Learn;
-        }
+        let cfg = configure(&dir);
+        let (sockets, pairs) = (cfg.sockets.clone(), cfg.queue_pairs);
         let server = Server::new(cfg).expect("server");
         let handle = server.handle();
         let thread = std::thread::spawn(move || server.run());
         Switch {
+            dir,
             handle,
             sockets,
             thread,
