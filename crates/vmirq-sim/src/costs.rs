@@ -93,6 +93,15 @@ pub struct Costs {
     /// instruction): on a host that emulates guest ring 0 the return to native ring 3 is a
     /// switch out of the emulator.
     pub irq_return_ns: Nanos,
+    /// A polling device thread's own irqfd `write()` when the vCPU it signals runs guest
+    /// code (not its interrupt path): KVM's kick sends an IPI to the vCPU's CPU inside the
+    /// call, and on this nested host an IPI is itself an exit. The thread polls nothing
+    /// meanwhile, so completions and submissions that fall inside the write are seen when
+    /// it returns (a write into a vCPU already on its interrupt path costs
+    /// `irqfd_inject_ns`). 0 in the era profiles and v1-v10: the device costs nothing.
+    /// `this-host` profiles (v11 on) measure it (`vmirq kvm exits`' `forced_irq` `write_ns`:
+    /// the writer's own time in `write()` into a vCPU spinning in guest ring 3).
+    pub device_notify_ns: Nanos,
     /// Per-event spread of the measured exit costs (`this-host` profile v7 on): for each of
     /// `doorbell_exit`, `running_irq_exit`, `irq_return` and `guest_irq_entry`, `_lo_ns` is
     /// the primitive's p50 minus its minimum and `_hi_ns` its p90 minus its p50 (`vmirq kvm
@@ -182,6 +191,7 @@ impl Default for Costs {
             doorbell_exit_ns: 0,
             running_irq_exit_ns: 0,
             irq_return_ns: 0,
+            device_notify_ns: 0,
             doorbell_exit_lo_ns: 0,
             doorbell_exit_hi_ns: 0,
             running_irq_exit_lo_ns: 0,
@@ -239,7 +249,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 33] = [
+pub const FIELDS: [&str; 34] = [
     "wrmsr_exit_ns",
     "ipi_send_other_ns",
     "exit_roundtrip_ns",
@@ -256,6 +266,7 @@ pub const FIELDS: [&str; 33] = [
     "doorbell_exit_ns",
     "running_irq_exit_ns",
     "irq_return_ns",
+    "device_notify_ns",
     "doorbell_exit_lo_ns",
     "doorbell_exit_hi_ns",
     "running_irq_exit_lo_ns",

@@ -1,6 +1,19 @@
 #!/usr/bin/env python3
 """Build the vmirq-sim `this-host` costs (format vmirq-sim-costs-v1) from primitive
-measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] [--v8] [--v9] [--v10] MEASURE_DIR > profile.json
+measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] [--v8] [--v9] [--v10] [--v11] MEASURE_DIR > profile.json
+
+--v11 (profile v11, fifteenth session, lead): v10 plus the device thread's own notification.
+`vmirq kvm device`'s device thread polls its rings and completions in one loop and signals the
+guest with an irqfd `write()` inside it; while it is in that call it sees nothing. Into a vCPU
+that runs guest code the call includes KVM's kick IPI (an exit of its own on this nested
+host); into a vCPU outside guest mode it is `irqfd_inject_ns`. New primitive, from the forced
+interrupt loop (`vmirq kvm exits`' `forced_irq`, the writer's TSC before and after its
+`write()` into the vCPU spinning in ring 3, since this session):
+  device_notify_ns = exits forced_irq.write_ns p50 (median over rounds).
+Chosen after seeing that a quiet device run's timer-bound `count` cell took 55 us between
+notifications where the model's took 51, and after a loaded device run that recorded the
+device thread's own write times (p50 6.4 us in that cell, 0.6 us in `none`); see the crate
+README, fifteenth session. The number itself is a primitive of each window.
 
 --v10 (profile v10, thirteenth session, lead): v9 with the IPI send's one instruction that a
 paired difference takes away. A paired net cost is the operation's span minus the `nop`
@@ -188,7 +201,8 @@ def main():
     args = sys.argv[1:]
     reentry = "--reentry" in args
     halt = "--halt" in args
-    v10 = "--v10" in args
+    v11 = "--v11" in args
+    v10 = "--v10" in args or v11
     v9 = "--v9" in args or v10
     v8 = "--v8" in args or v9
     v7 = "--v7" in args or v8
@@ -197,7 +211,7 @@ def main():
     v4 = "--v4" in args or v5
     if v4 and (reentry or halt):
         sys.exit("--v4/--v5 are v1's mapping plus primitives: no --reentry or --halt with them")
-    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7", "--v8", "--v9", "--v10")][0]
+    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7", "--v8", "--v9", "--v10", "--v11")][0]
     rows = [json.loads(l) for l in open(os.path.join(d, "primitives.jsonl")) if l.strip()]
     exits = {}
     for p in sorted(glob.glob(os.path.join(d, "exits-*.json"))):
@@ -244,7 +258,7 @@ def main():
                            "timerfd_minus_timerspin_ns", "timer_polled_share_pct",
                            "doorbell_user3_ns", "cpuid_user3_ns",
                            "forced_to_handler_ns", "forced_return_ns", "forced_lost_ns",
-                           "forced_handler_ns", "forced_arrival_ns"]}
+                           "forced_handler_ns", "forced_arrival_ns", "forced_write_ns"]}
     spreads = {"doorbell_exit": ("op", "doorbell_user3", "raw_ns"),
                "running_irq_exit": ("forced_irq", "to_handler_ns"),
                "irq_return": ("forced_irq", "return_ns"),
@@ -309,6 +323,11 @@ def main():
                 per["forced_lost_ns"].append(f["lost_ns"]["p50"])
                 per["forced_handler_ns"].append(f["handler_ns"]["p50"])
                 per["forced_arrival_ns"].append(f["arrival_ns"]["p50"])
+                if "write_ns" in f:
+                    per["forced_write_ns"].append(f["write_ns"]["p50"])
+                elif v11:
+                    sys.exit(f"--v11: exits-{r}.json's forced_irq has no write_ns "
+                             "(vmirq kvm exits before the fifteenth session)")
             else:
                 print(f"round {r}: exits has no forced_irq result: left out", file=sys.stderr)
             for g in gaps:
@@ -408,6 +427,8 @@ def main():
         costs["ipi_send_other_ns"] = max(0, polled[0]) if polled else costs["wrmsr_exit_ns"]
         if v10:
             costs["ipi_send_other_ns"] += insn
+    if v11:
+        costs["device_notify_ns"] = s["forced_write_ns"][0]
     dates = sorted(x["date"] for x in rows if x["round"] in rounds)
     loads = sorted((x["loadavg"] for x in rows if x["round"] in rounds), key=lambda s: float(s.split()[0]))
     out = {
@@ -468,6 +489,10 @@ def main():
                                      + (" + insn (v10: the one instruction the paired "
                                         "difference takes away with its nop)" if v10 else "")}
                if v9 else {}),
+            **({"device_notify_ns": "exits forced_irq.write_ns p50 (the writer's own irqfd write() "
+                                    "into a vCPU spinning in guest ring 3: the kick's IPI inside "
+                                    "it; what a polling device thread spends per notification)"}
+               if v11 else {}),
             "not used": "exits hlt_wakeup_sleeping/hlt_wakeup_polling (composites to predict), "
                         "irq_inject (running vCPU), pio/mmio/hlt to user (no such path in "
                         "the scenarios); probes wake @30us, timerfd and signal are recorded only"

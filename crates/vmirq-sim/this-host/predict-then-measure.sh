@@ -6,7 +6,8 @@
 #       (measure-primitives.sh, PRIM_ROUNDS rounds);
 #   (b) build the profile from them alone (make-profile.py $PROFILE_FLAGS, default --v8;
 #       PROFILE_FLAGS=--v7 reproduces the eighth session's profile; PROFILE_FLAGS=--v9 adds
-#       the ICR write to another vCPU, tenth session);
+#       the ICR write to another vCPU, tenth session; PROFILE_FLAGS=--v11 adds the device
+#       thread's own irqfd write into a running vCPU, fifteenth session);
 #   (c) predict `vmirq kvm wake` (irqfd/IPI x polling off/200 us x 20/30/50/100 us) and
 #       `vmirq kvm device` (none, count, count:usecs=1000,frames=16; and each with the
 #       handler +-1 and +-2 instructions, its sensitivity) with `vmirq sim`, write
@@ -69,7 +70,7 @@ insn=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["costs_ns
 # submitted count, so it has a request before the doorbell's exit ends.
 mask=()
 case " $flags " in
-  *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "* | *" --v10 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
+  *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "* | *" --v10 "* | *" --v11 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
 esac
 # k = 0 is the prediction compared (the handler's 26 emulated instructions). The other runs
 # are the device cells' sensitivity (fourteenth session): the handler one and two

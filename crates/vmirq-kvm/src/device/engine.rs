@@ -22,6 +22,9 @@ const MAX_DURATION: Duration = Duration::from_secs(60);
 pub(crate) struct DeviceCounts {
     pub(crate) submit_tsc: Vec<u64>,
     pub(crate) notifies: u64,
+    /// TSC ticks the device thread spent in each irqfd `write()` (its own cost per
+    /// notification, during which it polls nothing).
+    pub(crate) notify_write_ticks: Vec<u64>,
     pub(crate) wall_ns: u64,
 }
 
@@ -130,7 +133,12 @@ impl<'a> Engine<'a> {
             Decision::Notify => {
                 self.timer = None;
                 self.counts.notifies += 1;
-                self.irqfd.write(1).map_err(Error::io("irqfd write"))
+                let before = rdtsc();
+                self.irqfd.write(1).map_err(Error::io("irqfd write"))?;
+                self.counts
+                    .notify_write_ticks
+                    .push(rdtsc().saturating_sub(before));
+                Ok(())
             }
             Decision::Hold { deadline } => {
                 self.timer = Some(deadline);

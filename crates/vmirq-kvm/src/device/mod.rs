@@ -59,6 +59,8 @@ pub struct DeviceResult {
     pub interrupts: u64,
     /// irqfd signals the device sent (several may merge into one interrupt).
     pub notifies: u64,
+    /// The device thread's own time in each irqfd `write()` (it polls nothing meanwhile).
+    pub notify_write_ns: Summary,
     /// Completions per second of wall time.
     pub completions_per_sec: f64,
     /// Interrupts per completion.
@@ -151,6 +153,13 @@ fn summarise(
         completions,
         interrupts,
         notifies: c.notifies,
+        notify_write_ns: Summary::of(
+            &mut c
+                .notify_write_ticks
+                .iter()
+                .map(|&t| clock.ns(t))
+                .collect::<Vec<_>>(),
+        ),
         completions_per_sec: completions as f64 / secs.max(1e-9),
         irqs_per_completion: interrupts as f64 / (completions.max(1) as f64),
         handler_ns,

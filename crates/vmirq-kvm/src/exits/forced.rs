@@ -20,6 +20,10 @@
 //!   beyond its handler's body;
 //! - `arrival_ns`: the handler's first TSC minus the writer's TSC before `write()` (the irqfd
 //!   write included; recorded, not a primitive: `irqfd_write` measures the write alone).
+//! - `write_ns`: the writer's own `write()` to the irqfd while the vCPU runs guest code (a
+//!   primitive: what a polling device thread spends on each notification before it polls
+//!   again; `irqfd_write` times the same call into a vCPU outside guest mode, where KVM's
+//!   kick sends no IPI).
 
 use crate::dist::Summary;
 use crate::error::{Error, Result};
@@ -51,6 +55,9 @@ pub struct ForcedIrq {
     pub lost_ns: Summary,
     /// The writer's TSC before its irqfd `write()` to the handler's first TSC.
     pub arrival_ns: Summary,
+    /// The writer's TSC before its irqfd `write()` to its TSC after it returned (the vCPU
+    /// in guest mode).
+    pub write_ns: Summary,
     /// Rounds left out because their timestamps were out of order (an interrupt that was
     /// not taken inside the loop, which would measure something else).
     pub rejected: u32,
@@ -81,13 +88,14 @@ pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
     let gap = clock.ticks(GAP_NS);
     let sent = running.wait_ready(Duration::from_secs(5)).and_then(|()| {
         std::thread::scope(|s| {
-            s.spawn(|| -> Result<Vec<u64>> {
+            s.spawn(|| -> Result<Vec<(u64, u64)>> {
                 pin_to(1)?;
                 let mut sent = Vec::with_capacity(n as usize);
                 for i in 0..u64::from(n) {
                     spin_until_tsc(rdtsc() + gap);
-                    sent.push(rdtsc());
+                    let before = rdtsc();
                     irqfd.write(1).map_err(Error::io("irqfd write"))?;
+                    sent.push((before, rdtsc()));
                     let t = Instant::now();
                     while ram.load(RECORDS + i * RECORD_BYTES + 24)? == 0 {
                         if t.elapsed() > HANDSHAKE {
@@ -111,8 +119,14 @@ pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
             "forced interrupt loop: the handler ran {taken} times for {n} writes"
         )));
     }
-    let (mut to, mut hd, mut ret, mut lost, mut arr) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut to, mut hd, mut ret, mut lost, mut arr, mut wr) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     let mut rejected = 0u32;
     for i in SKIP..n {
         let at = RECORDS + u64::from(i) * RECORD_BYTES;
@@ -122,8 +136,8 @@ pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
             ram.load(at + 16)?,
             ram.load(at + 24)?,
         );
-        let s = sent[i as usize];
-        if !(last <= entry && entry <= end && end <= resume && s <= entry) {
+        let (s, returned) = sent[i as usize];
+        if !(last <= entry && entry <= end && end <= resume && s <= entry && s <= returned) {
             rejected += 1;
             continue;
         }
@@ -133,6 +147,7 @@ pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
         ret.push(d(end, resume));
         lost.push(d(last, entry) + d(end, resume));
         arr.push(d(s, entry));
+        wr.push(d(s, returned));
     }
     if rejected > iterations / 10 {
         return Err(Error::Guest(format!(
@@ -145,6 +160,7 @@ pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
         return_ns: Summary::of(&mut ret),
         lost_ns: Summary::of(&mut lost),
         arrival_ns: Summary::of(&mut arr),
+        write_ns: Summary::of(&mut wr),
         rejected,
     })
 }

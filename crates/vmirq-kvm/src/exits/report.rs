@@ -79,6 +79,7 @@ pub fn table(r: &ExitsReport) -> Table {
             ("forced_irq_return", &f.return_ns),
             ("forced_irq_lost", &f.lost_ns),
             ("forced_irq_arrival", &f.arrival_ns),
+            ("forced_irq_write", &f.write_ns),
         ] {
             t.row(vec![
                 name.into(),

@@ -75,6 +75,9 @@ pub struct StorageDev {
     /// Requests ever submitted.
     pub submitted: u64,
     last_knob: Option<i64>,
+    /// The device thread is inside its notification `write()` until then (only with
+    /// `Costs::device_notify_ns`): what falls due meanwhile is seen when it returns.
+    busy_until: Nanos,
 }
 
 impl StorageDev {
@@ -100,6 +103,7 @@ impl StorageDev {
             completed: 0,
             submitted: 0,
             last_knob: None,
+            busy_until: 0,
         }
     }
 
@@ -111,16 +115,19 @@ impl StorageDev {
 }
 
 impl Core {
-    /// The device emulation received request `req` (after the guest's kick exit).
+    /// The device emulation received request `req` (after the guest's kick exit; or, for a
+    /// device that polls the ring, when the guest published it, and not before the device
+    /// thread is back from a notification `write()`).
     pub fn io_submit(&mut self, d: usize, req: Req) -> Result<()> {
         let now = self.now();
         let dev = &mut self.devs[d];
         dev.submitted += 1;
         let _ = dev.policy.on_event(now, Event::Submit);
+        let seen_in = dev.busy_until.saturating_sub(now);
         if dev.in_service < dev.parallelism {
             dev.in_service += 1;
             let t = dev.latency.draw(&mut dev.rng);
-            self.q.schedule_in(t, Ev::IoDone(d, req))?;
+            self.q.schedule_in(seen_in + t, Ev::IoDone(d, req))?;
         } else {
             dev.waiting.push_back(req);
         }
@@ -131,6 +138,13 @@ impl Core {
     pub fn io_done(&mut self, d: usize, req: Req) -> Result<()> {
         let now = self.now();
         let dev = &mut self.devs[d];
+        if now < dev.busy_until {
+            // Due while the device thread is in its `write()`: completed when it returns,
+            // in order (events at one instant run in the order they were scheduled).
+            let at = dev.busy_until;
+            self.q.schedule_at(at, Ev::IoDone(d, req))?;
+            return Ok(());
+        }
         dev.in_service -= 1;
         dev.completed += 1;
         if let Some(next) = dev.waiting.pop_front() {
@@ -150,6 +164,14 @@ impl Core {
     pub fn mod_timer(&mut self, d: usize) -> Result<()> {
         let now = self.now();
         self.devs[d].timer.fired();
+        if now < self.devs[d].busy_until {
+            // The device thread checks its timer after its `write()` returns.
+            let at = self.devs[d].busy_until;
+            let mut timer = self.devs[d].timer;
+            timer.arm(&mut self.q, at, Ev::ModTimer(d))?;
+            self.devs[d].timer = timer;
+            return Ok(());
+        }
         let dec = self.devs[d].policy.on_event(now, Event::Timer);
         self.apply_decision(d, dec)
     }
@@ -163,6 +185,19 @@ impl Core {
     }
 
     fn apply_decision(&mut self, d: usize, dec: Decision) -> Result<()> {
+        if dec == Decision::Notify && self.costs.device_notify_ns > 0 {
+            // The device thread's own irqfd `write()`: an IPI inside it when the vCPU runs
+            // guest code, else only the signal and KVM's injection.
+            let v = self.devs[d].vcpu;
+            let ns = if self.runs_guest_code(v) {
+                self.costs.device_notify_ns
+            } else {
+                self.costs.irqfd_inject_ns
+            };
+            let now = self.now();
+            self.devs[d].busy_until = now + ns;
+            self.metrics.add("device_notify_write_ns", ns);
+        }
         let target = QueueTarget {
             vcpu: self.devs[d].vcpu,
             queue: d,

@@ -553,6 +553,21 @@ impl Core {
         }
     }
 
+    /// Whether `v` runs guest code outside its interrupt path: on its pCPU, no interrupt being
+    /// injected or delivered, not in a masked handler, none held for after it. A kick then
+    /// has to interrupt it (KVM's IPI); the model does not split the guest's own exits (a
+    /// doorbell) into time in and out of guest mode, and counts them as guest code.
+    #[must_use]
+    pub fn runs_guest_code(&self, v: VcpuId) -> bool {
+        let c = &self.vcpus[v];
+        let entry = |w: &Work| matches!(w.tag, Tag::IrqEntry(_));
+        c.run == Run::OnCpu
+            && !c.in_handler
+            && c.masked_irq.is_none()
+            && !c.cur.as_ref().is_some_and(|x| entry(&x.work))
+            && !c.work.iter().any(entry)
+    }
+
     /// Wake the sleeping thread of `v`: the sender pays the kick, or the host does.
     fn kick(&mut self, v: VcpuId, sender: Option<VcpuId>) -> Result<()> {
         if self.vcpus[v].kicked {
