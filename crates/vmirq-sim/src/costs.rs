@@ -102,6 +102,17 @@ pub struct Costs {
     /// `this-host` profiles (v11 on) measure it (`vmirq kvm exits`' `forced_irq` `write_ns`:
     /// the writer's own time in `write()` into a vCPU spinning in guest ring 3).
     pub device_notify_ns: Nanos,
+    /// A device interrupt already pending (held in the IRR while the masked handler ran)
+    /// when the handler executes `iretq`: from the `iretq`, beyond its one instruction in the
+    /// handler's cost, to the next handler's first instruction. It replaces, for that
+    /// interrupt, the return to the interrupted code (`irq_return_ns`), the forced exit
+    /// (`running_irq_exit_ns`) and the delivery (`guest_irq_entry_ns`): the guest never
+    /// runs its interrupted code in between. 0 in the era profiles and v1-v10: the held
+    /// interrupt takes that longer path. `this-host` profiles (v11 on) measure it (`vmirq
+    /// kvm exits`' `chained_irq`: a second irqfd signal sent while the first handler runs,
+    /// the first handler's TSC before `iretq` to the second's first TSC, less the three
+    /// emulated instructions between them that are the probe's own).
+    pub irq_chain_ns: Nanos,
     /// Per-event spread of the measured exit costs (`this-host` profile v7 on): for each of
     /// `doorbell_exit`, `running_irq_exit`, `irq_return` and `guest_irq_entry`, `_lo_ns` is
     /// the primitive's p50 minus its minimum and `_hi_ns` its p90 minus its p50 (`vmirq kvm
@@ -192,6 +203,7 @@ impl Default for Costs {
             running_irq_exit_ns: 0,
             irq_return_ns: 0,
             device_notify_ns: 0,
+            irq_chain_ns: 0,
             doorbell_exit_lo_ns: 0,
             doorbell_exit_hi_ns: 0,
             running_irq_exit_lo_ns: 0,
@@ -249,7 +261,7 @@ pub enum CostsError {
 pub const SIM_FORMAT: &str = "vmirq-sim-costs-v1";
 
 /// Every [`Costs`] field name (a `vmirq-sim-costs-v1` key must be one of these).
-pub const FIELDS: [&str; 34] = [
+pub const FIELDS: [&str; 35] = [
     "wrmsr_exit_ns",
     "ipi_send_other_ns",
     "exit_roundtrip_ns",
@@ -267,6 +279,7 @@ pub const FIELDS: [&str; 34] = [
     "running_irq_exit_ns",
     "irq_return_ns",
     "device_notify_ns",
+    "irq_chain_ns",
     "doorbell_exit_lo_ns",
     "doorbell_exit_hi_ns",
     "running_irq_exit_lo_ns",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Build the vmirq-sim `this-host` costs (format vmirq-sim-costs-v1) from primitive
-measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] [--v8] [--v9] [--v10] [--v11] MEASURE_DIR > profile.json
+measurements only (issue 16). Usage: make-profile.py [--reentry] [--halt] [--v4] [--v5] [--v6] [--v7] [--v8] [--v9] [--v10] [--v11] [--v12] MEASURE_DIR > profile.json
 
 --v11 (profile v11, fifteenth session, lead): v10 plus the device thread's own notification.
 `vmirq kvm device`'s device thread polls its rings and completions in one loop and signals the
@@ -14,6 +14,22 @@ Chosen after seeing that a quiet device run's timer-bound `count` cell took 55 u
 notifications where the model's took 51, and after a loaded device run that recorded the
 device thread's own write times (p50 6.4 us in that cell, 0.6 us in `none`); see the crate
 README, fifteenth session. The number itself is a primitive of each window.
+
+--v12 (profile v12, fifteenth session, lead, after the three v11 windows): v11 plus the
+handler's return when a device interrupt is already pending (held in the IRR while
+the masked handler ran, as `none`'s signals during the handler are): v1-v10 charged it the
+return to ring 3 (`irq_return_ns`), then a forced exit and a delivery. New primitive, the
+chained loop (`vmirq kvm exits`' `chained_irq`: the writer signals again as soon as the first
+handler has logged its entry, so the second interrupt is pending at its `iretq`; rounds in
+which the ring-3 loop ran between the two handlers are left out and counted):
+  irq_chain_ns = exits chained_irq.iret_to_handler_ns p50 - 3 * insn (the probe handler's
+                 two stores after its last TSC and the `iretq`'s own instruction, which the
+                 device handler's isr_ns counts).
+Chosen after seeing that the model's `none` cell puts its p50 on either side of a ~10 us gap
+(window v11-b) and, post hoc, that taking the held interrupt at the `iretq` with the delivery
+cost alone gave `none` a mean and p90 near the measured ones; the chained primitive was then
+built and measured (8.3-8.4 us from the last TSC, against 15.4 us of return plus forced
+delivery in `forced_irq`).
 
 --v10 (profile v10, thirteenth session, lead): v9 with the IPI send's one instruction that a
 paired difference takes away. A paired net cost is the operation's span minus the `nop`
@@ -201,7 +217,8 @@ def main():
     args = sys.argv[1:]
     reentry = "--reentry" in args
     halt = "--halt" in args
-    v11 = "--v11" in args
+    v12 = "--v12" in args
+    v11 = "--v11" in args or v12
     v10 = "--v10" in args or v11
     v9 = "--v9" in args or v10
     v8 = "--v8" in args or v9
@@ -211,7 +228,7 @@ def main():
     v4 = "--v4" in args or v5
     if v4 and (reentry or halt):
         sys.exit("--v4/--v5 are v1's mapping plus primitives: no --reentry or --halt with them")
-    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7", "--v8", "--v9", "--v10", "--v11")][0]
+    d = [a for a in args if a not in ("--reentry", "--halt", "--v4", "--v5", "--v6", "--v7", "--v8", "--v9", "--v10", "--v11", "--v12")][0]
     rows = [json.loads(l) for l in open(os.path.join(d, "primitives.jsonl")) if l.strip()]
     exits = {}
     for p in sorted(glob.glob(os.path.join(d, "exits-*.json"))):
@@ -258,7 +275,8 @@ def main():
                            "timerfd_minus_timerspin_ns", "timer_polled_share_pct",
                            "doorbell_user3_ns", "cpuid_user3_ns",
                            "forced_to_handler_ns", "forced_return_ns", "forced_lost_ns",
-                           "forced_handler_ns", "forced_arrival_ns", "forced_write_ns"]}
+                           "forced_handler_ns", "forced_arrival_ns", "forced_write_ns",
+                           "chained_iret_ns"]}
     spreads = {"doorbell_exit": ("op", "doorbell_user3", "raw_ns"),
                "running_irq_exit": ("forced_irq", "to_handler_ns"),
                "irq_return": ("forced_irq", "return_ns"),
@@ -328,6 +346,11 @@ def main():
                 elif v11:
                     sys.exit(f"--v11: exits-{r}.json's forced_irq has no write_ns "
                              "(vmirq kvm exits before the fifteenth session)")
+            c = exits[r].get("chained_irq")
+            if c:
+                per["chained_iret_ns"].append(c["iret_to_handler_ns"]["p50"])
+            elif v12:
+                print(f"round {r}: exits has no chained_irq result: left out", file=sys.stderr)
             else:
                 print(f"round {r}: exits has no forced_irq result: left out", file=sys.stderr)
             for g in gaps:
@@ -429,6 +452,8 @@ def main():
             costs["ipi_send_other_ns"] += insn
     if v11:
         costs["device_notify_ns"] = s["forced_write_ns"][0]
+    if v12:
+        costs["irq_chain_ns"] = max(0, s["chained_iret_ns"][0] - 3 * insn)
     dates = sorted(x["date"] for x in rows if x["round"] in rounds)
     loads = sorted((x["loadavg"] for x in rows if x["round"] in rounds), key=lambda s: float(s.split()[0]))
     out = {
@@ -493,6 +518,11 @@ def main():
                                     "into a vCPU spinning in guest ring 3: the kick's IPI inside "
                                     "it; what a polling device thread spends per notification)"}
                if v11 else {}),
+            **({"irq_chain_ns": "exits chained_irq.iret_to_handler_ns p50 - 3 * insn (a second "
+                                "irqfd interrupt pending at the first handler's iretq: iretq to "
+                                "the next handler's first instruction, beyond the instructions "
+                                "the handler's isr_ns counts)"}
+               if v12 else {}),
             "not used": "exits hlt_wakeup_sleeping/hlt_wakeup_polling (composites to predict), "
                         "irq_inject (running vCPU), pio/mmio/hlt to user (no such path in "
                         "the scenarios); probes wake @30us, timerfd and signal are recorded only"

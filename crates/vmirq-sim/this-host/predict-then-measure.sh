@@ -70,7 +70,7 @@ insn=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["costs_ns
 # submitted count, so it has a request before the doorbell's exit ends.
 mask=()
 case " $flags " in
-  *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "* | *" --v10 "* | *" --v11 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
+  *" --v6 "* | *" --v7 "* | *" --v8 "* | *" --v9 "* | *" --v10 "* | *" --v11 "* | *" --v12 "*) mask=(--set workload.isr_masks_irqs=true --set workload.device_polls_ring=true) ;;
 esac
 # k = 0 is the prediction compared (the handler's 26 emulated instructions). The other runs
 # are the device cells' sensitivity (fourteenth session): the handler one and two

@@ -29,15 +29,16 @@ def main():
         alias = {"guest_irq_entry_ns": "irq_entry_ns", "irqfd_inject_ns": "irqfd_write_ns",
                  "doorbell_exit_ns": "doorbell_user3_ns",
                  "running_irq_exit_ns": ("forced_to_handler_ns"
-                                         if any(v in flags for v in ("--v6", "--v7", "--v8", "--v9", "--v10", "--v11"))
+                                         if any(v in flags for v in ("--v6", "--v7", "--v8", "--v9", "--v10", "--v11", "--v12"))
                                          else "doorbell_user3_ns"),
                  "irq_return_ns": "forced_return_ns",
                  "ipi_send_other_ns": "ipi_other_polled_ns",
-                 "device_notify_ns": "forced_write_ns"}
+                 "device_notify_ns": "forced_write_ns",
+                 "irq_chain_ns": "chained_iret_ns"}
         # v8 (and v9) take these two from the paired loops; the same-named inputs are v7's
         # (recorded).
         paired = ({"wrmsr_exit_ns": "ipi_self_paired_ns", "guest_irq_entry_ns": "irq_entry_paired_ns"}
-                  if any(v in flags for v in ("--v8", "--v9", "--v10", "--v11")) else {})
+                  if any(v in flags for v in ("--v8", "--v9", "--v10", "--v11", "--v12")) else {})
         inp = (inputs.get(paired.get(k, "")) or inputs.get(k) or inputs.get(alias.get(k, ""))
                or (inputs.get("insn") if "insn" in src else None))
         print(f"| {k} | {v} | {src} | {inp if inp else ''} |")

@@ -15,7 +15,7 @@ pub mod reentry;
 mod report;
 pub mod timer;
 
-pub use forced::ForcedIrq;
+pub use forced::{ChainedIrq, ForcedIrq};
 pub use icr::IpiOther;
 pub use irqfd::IrqfdWrite;
 pub use paired::PairedCost;
@@ -93,6 +93,9 @@ pub struct ExitsReport {
     /// An irqfd interrupt forced into a vCPU running guest ring-3 code (see [`ForcedIrq`]);
     /// `None` if it failed here (the reason is logged).
     pub forced_irq: Option<ForcedIrq>,
+    /// A second irqfd interrupt pending at the first handler's `iretq` (see
+    /// [`ChainedIrq`]); `None` if it failed here (the reason is logged).
+    pub chained_irq: Option<ChainedIrq>,
     /// The ICR write to the other vCPU, halted (see [`icr`]): polled, then sleeping; a
     /// variant that failed here is left out (the reason is logged).
     pub ipi_other: Vec<IpiOther>,
@@ -265,6 +268,9 @@ pub fn measure_all(
     let forced_irq = forced::measure(iterations, clock)
         .map_err(|e| tracing::warn!(%e, "forced interrupt loop failed"))
         .ok();
+    let chained_irq = forced::measure_chained(iterations, clock)
+        .map_err(|e| tracing::warn!(%e, "chained interrupt loop failed"))
+        .ok();
     let ipi_other: Vec<IpiOther> = icr::Target::ALL
         .into_iter()
         .filter_map(|target| {
@@ -287,6 +293,7 @@ pub fn measure_all(
         timer,
         irqfd_write,
         forced_irq,
+        chained_irq,
         ipi_other,
         costs: CostsFile::new(source, costs),
     })

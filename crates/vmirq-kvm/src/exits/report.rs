@@ -91,6 +91,17 @@ pub fn table(r: &ExitsReport) -> Table {
             ]);
         }
     }
+    if let Some(c) = &r.chained_irq {
+        let d = &c.iret_to_handler_ns;
+        t.row(vec![
+            "chained_irq_iret_to_handler".into(),
+            d.n.to_string(),
+            us(d.p50),
+            us(d.p99),
+            format!("{} ran between", c.ran_between),
+            "-".into(),
+        ]);
+    }
     for (op, why) in &r.failed {
         t.row(vec![format!("{op:?}"), "failed".into(), why.clone()]);
     }

@@ -605,6 +605,37 @@ impl Core {
         }
     }
 
+    /// The masked handler of `v` executes `iretq` (`Costs::irq_chain_ns` set): if a device
+    /// interrupt is held, it is taken right there, without returning to the interrupted
+    /// code, at `irq_chain_ns` up to the next handler's first instruction; the handler's
+    /// end-of-handler marker `ret_marker` (next in the queue) is dropped, as the handler is
+    /// left here. Returns whether that happened (else the caller returns as usual).
+    ///
+    /// # Errors
+    /// As [`Core::dispatch`].
+    pub fn iret_takes_held_irq(&mut self, v: VcpuId, ret_marker: Work) -> Result<bool> {
+        if self.vcpus[v].masked_irq.is_none() {
+            return Ok(false);
+        }
+        if self.vcpus[v].work.front() == Some(&ret_marker) {
+            self.vcpus[v].work.pop_front();
+        }
+        self.vcpus[v].in_handler = false;
+        let Some(irq) = self.vcpus[v].masked_irq.take() else {
+            return Ok(false);
+        };
+        self.metrics.count("irqs_delivered");
+        self.metrics.count("irqs_chained_at_iret");
+        self.preempt_work(v);
+        self.vcpus[v].work.push_front(Work {
+            ns: self.costs.irq_chain_ns,
+            cat: Cat::Exit,
+            tag: Tag::IrqEntry(irq),
+        });
+        self.dispatch(v)?;
+        Ok(true)
+    }
+
     /// Put the unfinished part of the current work item back at the queue front.
     pub(super) fn preempt_work(&mut self, v: VcpuId) {
         let now = self.now();

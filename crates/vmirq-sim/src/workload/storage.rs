@@ -65,6 +65,10 @@ const COMPLETE: u32 = 11;
 const PHASE: u32 = 12;
 /// Zero-length marker after the ISR (`isr_masks_irqs`): the handler's `iretq`.
 const ISR_RETURN: u32 = 13;
+/// Zero-length marker at the handler's `iretq` instruction, before the return to the
+/// interrupted code (only with `Costs::irq_chain_ns`): an interrupt held by then is taken
+/// at the `iretq`.
+const ISR_IRET: u32 = 14;
 
 /// Running storage workload.
 #[derive(Debug, Clone)]
@@ -94,6 +98,27 @@ impl Storage {
             cat: Cat::Exit,
             tag: crate::host::Tag::Plain,
         }
+    }
+
+    /// The return from the handler to the interrupted code (`Costs::irq_return_ns`, drawn
+    /// from its spread).
+    fn irq_return(core: &mut Core) -> Work {
+        let c = core.costs;
+        Work {
+            ns: core.spread(c.irq_return_ns, c.irq_return_lo_ns, c.irq_return_hi_ns),
+            cat: Cat::Exit,
+            tag: Tag::Plain,
+        }
+    }
+
+    /// The handler's `iretq` (with `Costs::irq_chain_ns`): a held interrupt is taken right
+    /// here, else the handler returns to the interrupted code.
+    fn iret(core: &mut Core) -> Result<()> {
+        if !core.iret_takes_held_irq(0, Work::app(0, ISR_RETURN))? {
+            let ret = Self::irq_return(core);
+            core.vcpus[0].work.push_front(ret);
+        }
+        Ok(())
     }
 
     fn top_up(&mut self, core: &mut Core) {
@@ -166,6 +191,7 @@ impl Storage {
                 core.metrics.count("exits_io_kick");
             }
             Hook::App(0, ISR_RETURN) => core.handler_returned(0)?,
+            Hook::App(0, ISR_IRET) => Self::iret(core)?,
             Hook::App(0, COMPLETE) => {
                 core.metrics.count("ios_completed");
                 self.outstanding = self.outstanding.saturating_sub(1);
@@ -188,18 +214,16 @@ impl Storage {
                     v.in_handler = true;
                     v.work.push_front(Work::app(0, ISR_RETURN));
                 }
-                if core.costs.irq_return_ns > 0 {
+                if self.cfg.isr_masks_irqs && core.costs.irq_chain_ns > 0 {
+                    // The return is decided at the `iretq` (ISR_IRET): chained to a held
+                    // interrupt, or back to the interrupted code.
+                    core.vcpus[0].work.push_front(Work::app(0, ISR_IRET));
+                } else if core.costs.irq_return_ns > 0 {
                     // The handler's `iretq` back to the interrupted code, beyond the one
                     // instruction `isr_ns` counts for it (interrupts stay masked until it
                     // is done).
-                    let c = core.costs;
-                    let ns = core.spread(c.irq_return_ns, c.irq_return_lo_ns, c.irq_return_hi_ns);
-                    let v = &mut core.vcpus[0];
-                    v.work.push_front(Work {
-                        ns,
-                        cat: Cat::Exit,
-                        tag: Tag::Plain,
-                    });
+                    let ret = Self::irq_return(core);
+                    core.vcpus[0].work.push_front(ret);
                 }
                 let v = &mut core.vcpus[0];
                 v.work.push_front(Work {
