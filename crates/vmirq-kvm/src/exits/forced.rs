@@ -34,6 +34,7 @@ use crate::vm::{Vm, VmConfig};
 use crate::wake::target;
 use serde::Serialize;
 use std::time::{Duration, Instant};
+use vmm_sys_util::eventfd::EventFd;
 
 /// Rounds dropped at the start (cold caches).
 const SKIP: u32 = 16;
@@ -63,16 +64,9 @@ pub struct ForcedIrq {
     pub rejected: u32,
 }
 
-/// Run `iterations` timed rounds.
-///
-/// # Errors
-/// [`Error::Unavailable`] without KVM; guest, KVM or handshake errors; more than a tenth of
-/// the rounds rejected.
-pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
-    let n = iterations + SKIP;
-    if u64::from(n) > RECORDS_MAX {
-        return Err(Error::Config(format!("at most {RECORDS_MAX} rounds")));
-    }
+/// The forced-interrupt VM: vCPU 0 runs [`program`] on its own thread (CPU 0), an irqfd
+/// routed to its handler's vector.
+fn start() -> Result<(Vm, EventFd, target::Running)> {
     let mut vm = Vm::new(
         VmConfig {
             irqchip: true,
@@ -84,6 +78,20 @@ pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
     let irqfd = vm.msi_irqfd(WAKE_GSI, 0, WAKE_VECTOR)?;
     let cpu = vm.vcpus.remove(0);
     let running = target::spawn(cpu.fd, 0);
+    Ok((vm, irqfd, running))
+}
+
+/// Run `iterations` timed rounds.
+///
+/// # Errors
+/// [`Error::Unavailable`] without KVM; guest, KVM or handshake errors; more than a tenth of
+/// the rounds rejected.
+pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
+    let n = iterations + SKIP;
+    if u64::from(n) > RECORDS_MAX {
+        return Err(Error::Config(format!("at most {RECORDS_MAX} rounds")));
+    }
+    let (vm, irqfd, running) = start()?;
     let ram = &vm.ram;
     let gap = clock.ticks(GAP_NS);
     let sent = running.wait_ready(Duration::from_secs(5)).and_then(|()| {
@@ -192,17 +200,7 @@ pub fn measure_chained(iterations: u32, clock: TscClock) -> Result<ChainedIrq> {
     if 2 * u64::from(n) > RECORDS_MAX {
         return Err(Error::Config(format!("at most {} rounds", RECORDS_MAX / 2)));
     }
-    let mut vm = Vm::new(
-        VmConfig {
-            irqchip: true,
-            vcpus: 1,
-            halt_poll_ns: None,
-        },
-        &program()?,
-    )?;
-    let irqfd = vm.msi_irqfd(WAKE_GSI, 0, WAKE_VECTOR)?;
-    let cpu = vm.vcpus.remove(0);
-    let running = target::spawn(cpu.fd, 0);
+    let (vm, irqfd, running) = start()?;
     let ram = &vm.ram;
     let gap = clock.ticks(GAP_NS);
     let wait = |at: u64, what: &'static str| -> Result<()> {
