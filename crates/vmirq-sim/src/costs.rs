@@ -107,8 +107,8 @@ pub struct Costs {
     /// handler's cost, to the next handler's first instruction. It replaces, for that
     /// interrupt, the return to the interrupted code (`irq_return_ns`), the forced exit
     /// (`running_irq_exit_ns`) and the delivery (`guest_irq_entry_ns`): the guest never
-    /// runs its interrupted code in between. 0 in the era profiles and v1-v10: the held
-    /// interrupt takes that longer path. `this-host` profiles (v11 on) measure it (`vmirq
+    /// runs its interrupted code in between. 0 in the era profiles and v1-v11: the held
+    /// interrupt takes that longer path. `this-host` profiles (v12 on) measure it (`vmirq
     /// kvm exits`' `chained_irq`: a second irqfd signal sent while the first handler runs,
     /// the first handler's TSC before `iretq` to the second's first TSC, less the three
     /// emulated instructions between them that are the probe's own).

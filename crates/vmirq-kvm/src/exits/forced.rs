@@ -24,6 +24,11 @@
 //!   primitive: what a polling device thread spends on each notification before it polls
 //!   again; `irqfd_write` times the same call into a vCPU outside guest mode, where KVM's
 //!   kick sends no IPI).
+//!
+//! [`measure_chained`] runs the same VM with two signals per round, the second sent once the
+//! first handler has logged its entry: the second interrupt is then pending at the first
+//! handler's `iretq`, and the span to the second handler's first TSC is what taking a held
+//! interrupt at the return costs.
 
 use crate::dist::Summary;
 use crate::error::{Error, Result};
