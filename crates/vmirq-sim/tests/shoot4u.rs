@@ -301,3 +301,54 @@ fn bad_parsec_configs_are_rejected_at_the_boundary() {
     )
     .is_err());
 }
+
+/// `free_irqs_off` (an analysis knob, README fifteenth session: no bundled scenario sets
+/// it): after each shootdown the initiator frees the pages under the VM's allocator lock,
+/// one acquisition per shootdown, and a vCPU waiting for or holding that lock holds the
+/// flush IPIs it takes until it releases it. The invariants hold with every lock kind, and
+/// with a hot allocator lock (long critical sections) flushes are held and shootdowns take
+/// longer.
+#[test]
+fn the_allocator_lock_with_interrupts_off_holds_flushes_and_keeps_the_invariants() {
+    let hot = "\n[workload.profile]\ntlb_gap_us = 100\nlock_gap_us = 100000\ncs_ns = 20000\n\
+               unmap_ns = 2000\nbarrier_us = 0\n";
+    let mk = |sync: &str| -> ModelConfig {
+        let base = "duration_us = 20000000\npcpus = 12\nstagger_slices = true\n\
+                    costs = { timeslice_ns = 12000000 }\n[workload]\nkind = \"parsec\"\n\
+                    program = \"dedup\"\nwork_us = 3000\ncolocated = true\n";
+        toml::from_str(&format!("{base}{hot}[workload.sync]\n{sync}\n")).expect("valid")
+    };
+    for sync in [
+        "tlb = \"native\"\nlock = \"ticket\"",
+        "tlb = \"pv-flush\"\nlock = \"pmt\"",
+        "tlb = \"kvmtlb\"\nlock = \"pv\"",
+        "tlb = \"shoot4u\"\nlock = \"pmt\"\nple = true",
+    ] {
+        let on = run(&mk(&format!("{sync}\nfree_irqs_off = true")), 3, 1).expect("invariants");
+        assert_sync_invariants(&on, sync);
+        let off = run(&mk(sync), 3, 1).expect("invariants");
+        // One allocator-lock acquisition per shootdown, on top of the program's own.
+        let program_locks =
+            counter(&off, "lock_acquires") as f64 / counter(&off, "tlb_shootdowns") as f64;
+        let extra = counter(&on, "lock_acquires") as f64
+            - program_locks * counter(&on, "tlb_shootdowns") as f64;
+        let per_shootdown = extra / counter(&on, "tlb_shootdowns") as f64;
+        assert!((per_shootdown - 1.0).abs() < 0.1, "{sync}: {per_shootdown}");
+        assert_eq!(counter(&off, "tlb_flush_held_irqs_off"), 0, "{sync}");
+    }
+    let native = |extra: &str| {
+        run(
+            &mk(&format!("tlb = \"native\"\nlock = \"ticket\"\n{extra}")),
+            3,
+            0,
+        )
+        .expect("run")
+    };
+    let (on, off) = (native("free_irqs_off = true"), native(""));
+    assert!(counter(&on, "tlb_flush_held_irqs_off") > 0);
+    let mean = |r: &RunResult| {
+        let s = &r.metrics.series["tlb_shootdown_ns"];
+        s.iter().sum::<u64>() as f64 / s.len() as f64
+    };
+    assert!(mean(&on) > mean(&off), "{} vs {}", mean(&on), mean(&off));
+}

@@ -103,6 +103,9 @@ impl Guest {
         self.st[v].phase = Phase::User;
         self.st[v].granted = false;
         self.ready.push(v);
+        if Some(l) == self.alloc_lock {
+            self.run_held_flushes(core, v);
+        }
         let notice = core.costs.poll_notice_ns;
         match self.cfg.lock {
             LockMode::Ticket | LockMode::Pv => {

@@ -90,6 +90,14 @@ pub struct SyncConfig {
     /// CPU mask (`flush_tlb_func` -> `leave_mm`), so later shootdowns skip it until its
     /// thread runs again. `false`: every shootdown targets every other vCPU of the VM.
     pub lazy_tlb: bool,
+    /// Linux 3.x `munmap` frees the unmapped pages after the flush (`tlb_finish_mmu`), under
+    /// the allocator's locks taken with interrupts off (`zone->lru_lock` with
+    /// `spin_lock_irqsave` in `release_pages`, `zone->lock` inside `local_irq_save` in
+    /// `free_hot_cold_page`): after each shootdown the initiator takes the VM's allocator
+    /// lock for one critical section, and a vCPU that waits for or holds it takes no TLB
+    /// flush IPI until it releases it (the handler runs then). `false`: no such lock. An
+    /// analysis knob: no bundled scenario sets it (crate README, fifteenth session).
+    pub free_irqs_off: bool,
     /// Costs.
     pub costs: SyncCosts,
 }
@@ -106,6 +114,7 @@ impl Default for SyncConfig {
             tlb_boost: false,
             s4u_ipi_gap_us: 0,
             lazy_tlb: true,
+            free_irqs_off: false,
             costs: SyncCosts::default(),
         }
     }
@@ -204,6 +213,13 @@ pub struct Guest {
     left_mm: Vec<bool>,
     /// Threads whose operation (shootdown, lock acquire + critical section) finished.
     pub ready: Vec<VcpuId>,
+    /// The allocator lock's index (`free_irqs_off`): after the program's locks.
+    alloc_lock: Option<usize>,
+    /// Mean critical section under the allocator lock (the program's `cs_ns`).
+    free_cs_ns: Nanos,
+    /// Per vCPU: initiators whose flush IPI it took with interrupts off (held until it
+    /// releases the allocator lock).
+    held_flushes: Vec<Vec<VcpuId>>,
 }
 
 impl Guest {
@@ -222,18 +238,36 @@ impl Guest {
             kick: None,
             cs_ns: 0,
         };
+        let program_locks = locks.max(1);
+        let alloc_lock = cfg.free_irqs_off.then_some(program_locks);
         Self {
             cfg,
             members,
             st: vec![st; n_vcpus],
-            locks: vec![Lock::default(); locks.max(1)],
+            locks: vec![Lock::default(); program_locks + usize::from(alloc_lock.is_some())],
             sd: tlb::Shootdowns::new(n_vcpus),
             gap: gap::HostIpiGap::new(cfg.s4u_ipi_gap_us),
             last_boosted: 0,
             idle: vec![false; n_vcpus],
             left_mm: vec![false; n_vcpus],
             ready: Vec::new(),
+            alloc_lock,
+            free_cs_ns: 1_000,
+            held_flushes: vec![Vec::new(); n_vcpus],
         }
+    }
+
+    /// Mean critical section under the allocator lock (`free_irqs_off`).
+    pub fn set_free_cs_ns(&mut self, ns: Nanos) {
+        self.free_cs_ns = ns.max(1);
+    }
+
+    /// Whether `v` runs with interrupts off: it waits for, or holds, the allocator lock.
+    fn irqs_off(&self, v: VcpuId) -> bool {
+        let Some(a) = self.alloc_lock else {
+            return false;
+        };
+        matches!(self.st[v].phase, Phase::LockWait(l) | Phase::Critical(l) | Phase::PvHalted(l) if l == a)
     }
 
     /// The thread of `v` blocked or finished (`true`: the vCPU's guest runs the idle task
@@ -258,10 +292,11 @@ impl Guest {
         self.st[v].phase
     }
 
-    /// Number of kernel locks.
+    /// Number of the program's kernel locks (not counting the allocator lock of
+    /// `free_irqs_off`).
     #[must_use]
     pub fn n_locks(&self) -> usize {
-        self.locks.len()
+        self.alloc_lock.unwrap_or(self.locks.len())
     }
 
     /// React to a host-model hook that concerns synchronization. Returns whether it did.
@@ -369,7 +404,7 @@ impl Guest {
         match self.st[v].phase {
             Phase::Tlb => {
                 if self.sd.done(v) {
-                    self.tlb_complete(core, v);
+                    self.tlb_complete(core, v)?;
                 } else {
                     self.spin(core, v, tags::SPIN_TLB);
                 }

@@ -130,15 +130,21 @@ impl Guest {
             }
         }
         if self.sd.pending[v] == 0 {
-            self.tlb_complete(core, v);
+            self.tlb_complete(core, v)?;
         } else {
             self.spin(core, v, tags::SPIN_TLB);
         }
         Ok(())
     }
 
-    /// A target entered the flush IPI handler of `from`'s shootdown.
+    /// A target entered the flush IPI handler of `from`'s shootdown; with interrupts off
+    /// (waiting for or holding the allocator lock) it is held until the lock is released.
     pub(super) fn flush_ipi(&mut self, core: &mut Core, u: VcpuId, from: VcpuId) {
+        if self.irqs_off(u) {
+            core.metrics.count("tlb_flush_held_irqs_off");
+            self.held_flushes[u].push(from);
+            return;
+        }
         let tag = tags::FLUSH_HANDLER + u32::try_from(from).unwrap_or(0);
         let ns = self.cfg.costs.flush_handler_ns;
         core.vcpus[u].work.push_front(Work::app(ns, tag));
@@ -165,7 +171,7 @@ impl Guest {
     /// The initiator's spin item ended: done, or the PLE window expired.
     pub(super) fn tlb_spin_done(&mut self, core: &mut Core, v: VcpuId) -> Result<()> {
         if self.sd.done(v) {
-            self.tlb_complete(core, v);
+            self.tlb_complete(core, v)?;
         } else if self.cfg.ple {
             self.ple_exit(core, v);
         } else {
@@ -174,13 +180,30 @@ impl Guest {
         Ok(())
     }
 
-    pub(super) fn tlb_complete(&mut self, core: &mut Core, v: VcpuId) {
+    /// The shootdown of `v` is done; with `free_irqs_off` it goes on to free the pages
+    /// under the allocator lock (ready when that critical section ends), else it is ready.
+    pub(super) fn tlb_complete(&mut self, core: &mut Core, v: VcpuId) -> Result<()> {
         let lat = core.now() - self.sd.start[v];
         core.metrics.sample("tlb_shootdown_ns", lat);
         core.metrics.count("tlb_shootdowns_done");
         self.sd.active[v] = false;
         self.st[v].phase = Phase::User;
+        if let Some(l) = self.alloc_lock {
+            let cs = core.rng.exp_ns(self.free_cs_ns).max(1);
+            return self.acquire(core, v, l, cs);
+        }
         self.ready.push(v);
+        Ok(())
+    }
+
+    /// `v` released the allocator lock: the flush IPIs it held run now, in arrival order.
+    pub(super) fn run_held_flushes(&mut self, core: &mut Core, v: VcpuId) {
+        let held = std::mem::take(&mut self.held_flushes[v]);
+        for &from in held.iter().rev() {
+            let tag = tags::FLUSH_HANDLER + u32::try_from(from).unwrap_or(0);
+            let ns = self.cfg.costs.flush_handler_ns;
+            core.vcpus[v].work.push_front(Work::app(ns, tag));
+        }
     }
 
     /// One step of the Shoot4U hypercall: a synchronous physical IPI to the pCPU the
@@ -191,8 +214,7 @@ impl Guest {
         let i = self.sd.cursor[v];
         if i >= n {
             self.sd.pending[v] = 0;
-            self.tlb_complete(core, v);
-            return Ok(());
+            return self.tlb_complete(core, v);
         }
         let coalesce = self.gap.enabled();
         let batch = if self.cfg.s4u_batched || coalesce {

@@ -83,7 +83,8 @@ impl Parsec {
     pub fn new(cfg: ParsecConfig) -> Self {
         let prof = cfg.profile.unwrap_or_else(|| cfg.program.profile());
         let n = cfg.threads * (1 + usize::from(cfg.colocated));
-        let guest = Guest::new(cfg.sync, (0..cfg.threads).collect(), n, cfg.locks);
+        let mut guest = Guest::new(cfg.sync, (0..cfg.threads).collect(), n, cfg.locks);
+        guest.set_free_cs_ns(prof.cs_ns);
         Self {
             cfg,
             prof,
