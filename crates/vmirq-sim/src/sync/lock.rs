@@ -60,7 +60,7 @@ impl Guest {
         core.metrics.count("lock_contended");
         let pos = lock.queue.len() as u64;
         self.st[v].phase = Phase::LockWait(l);
-        self.st[v].timeout_ns = (self.cfg.lock == LockMode::Pmt).then(|| {
+        self.st[v].timeout_ns = (self.lock_mode(l) == LockMode::Pmt).then(|| {
             let iters = pos * (2u64 << self.cfg.pmt_shift);
             iters * self.cfg.costs.pause_iter_ns
         });
@@ -69,11 +69,12 @@ impl Guest {
     }
 
     fn grant(&mut self, core: &mut Core, v: VcpuId, l: usize, ticket: u64) {
-        let lock = &mut self.locks[l];
-        if lock.holder.is_some() {
+        if self.locks[l].holder.is_some() {
             core.metrics.count("lock_model_errors"); // mutual exclusion broken
         }
-        if self.cfg.lock != LockMode::Pmt && lock.last_granted.is_some_and(|t| t >= ticket) {
+        let fifo = self.lock_mode(l) != LockMode::Pmt;
+        let lock = &mut self.locks[l];
+        if fifo && lock.last_granted.is_some_and(|t| t >= ticket) {
             core.metrics.count("ticket_fifo_violations");
         }
         lock.last_granted = Some(ticket);
@@ -88,26 +89,51 @@ impl Guest {
         }
         let wait = core.now() - s.since;
         core.metrics.sample("lock_wait_ns", wait);
+        if matches!(s.phase, Phase::Critical(l) if Some(l) == self.mmap_lock) {
+            // `mmap_sem` taken: the shootdown it guards begins (released when it is done).
+            let ns = self.unmap_ns[v];
+            self.begin_shootdown(core, v, ns);
+            return;
+        }
         core.vcpus[v]
             .work
             .push_back(Work::app(s.cs_ns, tags::CRITICAL));
     }
 
-    /// End of the critical section: release and pick the next holder.
+    /// End of the critical section (the lock of the holder's `Critical` phase): release
+    /// and pick the next holder.
     pub(super) fn release(&mut self, core: &mut Core, v: VcpuId) -> Result<()> {
-        let Some(l) = (0..self.locks.len()).find(|&l| self.locks[l].holder == Some(v)) else {
-            core.metrics.count("lock_model_errors"); // release of a lock not held
+        let Phase::Critical(l) = self.st[v].phase else {
+            core.metrics.count("lock_model_errors"); // release outside a critical section
             return Ok(());
         };
+        self.release_lock(core, v, l, true)
+    }
+
+    /// `v` releases lock `l` (it must hold it) and the next holder is picked; `ready`: the
+    /// thread's operation ends with it.
+    pub(super) fn release_lock(
+        &mut self,
+        core: &mut Core,
+        v: VcpuId,
+        l: usize,
+        ready: bool,
+    ) -> Result<()> {
+        if self.locks[l].holder != Some(v) {
+            core.metrics.count("lock_model_errors"); // release of a lock not held
+            return Ok(());
+        }
         self.locks[l].holder = None;
         self.st[v].phase = Phase::User;
         self.st[v].granted = false;
-        self.ready.push(v);
+        if ready {
+            self.ready.push(v);
+        }
         if Some(l) == self.alloc_lock {
             self.run_held_flushes(core, v);
         }
         let notice = core.costs.poll_notice_ns;
-        match self.cfg.lock {
+        match self.lock_mode(l) {
             LockMode::Ticket | LockMode::Pv => {
                 let Some((w, t)) = self.locks[l].queue.pop_front() else {
                     return Ok(());
@@ -146,7 +172,7 @@ impl Guest {
     /// PMT: `v` (waiting for `l`) takes the lock if it is free and `v` may: it is the
     /// head of the queue, or it timed out.
     pub(super) fn try_take(&mut self, core: &mut Core, v: VcpuId, l: usize) -> Result<bool> {
-        if self.cfg.lock != LockMode::Pmt || self.locks[l].holder.is_some() {
+        if self.lock_mode(l) != LockMode::Pmt || self.locks[l].holder.is_some() {
             return Ok(false);
         }
         let is_head = self.locks[l].queue.front().is_some_and(|&(u, _)| u == v);
@@ -194,7 +220,7 @@ impl Guest {
                 return Ok(());
             }
         }
-        if self.cfg.lock == LockMode::Pv && self.st[v].spun_ns >= self.pv_threshold_ns() {
+        if self.lock_mode(l) == LockMode::Pv && self.st[v].spun_ns >= self.pv_threshold_ns() {
             // pv_wait: halt until kicked (nothing queued: the vCPU executes HLT).
             self.st[v].phase = Phase::PvHalted(l);
             core.metrics.count("pv_halts");

@@ -98,6 +98,15 @@ pub struct SyncConfig {
     /// flush IPI until it releases it (the handler runs then). `false`: no such lock. An
     /// analysis knob: no bundled scenario sets it (crate README, fifteenth session).
     pub free_irqs_off: bool,
+    /// Linux 3.x `munmap`/`mprotect` hold the mm's `mmap_sem` for writing across the whole
+    /// shootdown (`vm_munmap` -> `down_write` ... `flush_tlb_others` waits for every ack ...
+    /// `up_write`): a thread's shootdown starts only once it holds the VM's semaphore, and
+    /// a writer that finds it taken spins while the owner is on a CPU (3.16's
+    /// `rwsem_optimistic_spin`; the owner spins for its acks, so in the guest's view it
+    /// always is), in arrival order, with interrupts on. The run's spinlock kind does not
+    /// apply to it. `false`: shootdowns of different threads overlap freely. An analysis
+    /// knob: no bundled scenario sets it (crate README, fifteenth session).
+    pub mmap_sem: bool,
     /// Costs.
     pub costs: SyncCosts,
 }
@@ -115,6 +124,7 @@ impl Default for SyncConfig {
             s4u_ipi_gap_us: 0,
             lazy_tlb: true,
             free_irqs_off: false,
+            mmap_sem: false,
             costs: SyncCosts::default(),
         }
     }
@@ -220,6 +230,10 @@ pub struct Guest {
     /// Per vCPU: initiators whose flush IPI it took with interrupts off (held until it
     /// releases the allocator lock).
     held_flushes: Vec<Vec<VcpuId>>,
+    /// The `mmap_sem` lock's index (`mmap_sem`): after the program's and allocator locks.
+    mmap_lock: Option<usize>,
+    /// Per vCPU: the unmapping work of the shootdown that waits for `mmap_sem`.
+    unmap_ns: Vec<Nanos>,
 }
 
 impl Guest {
@@ -240,11 +254,13 @@ impl Guest {
         };
         let program_locks = locks.max(1);
         let alloc_lock = cfg.free_irqs_off.then_some(program_locks);
+        let extra = usize::from(alloc_lock.is_some());
+        let mmap_lock = cfg.mmap_sem.then_some(program_locks + extra);
         Self {
             cfg,
             members,
             st: vec![st; n_vcpus],
-            locks: vec![Lock::default(); program_locks + usize::from(alloc_lock.is_some())],
+            locks: vec![Lock::default(); program_locks + extra + usize::from(mmap_lock.is_some())],
             sd: tlb::Shootdowns::new(n_vcpus),
             gap: gap::HostIpiGap::new(cfg.s4u_ipi_gap_us),
             last_boosted: 0,
@@ -254,6 +270,18 @@ impl Guest {
             alloc_lock,
             free_cs_ns: 1_000,
             held_flushes: vec![Vec::new(); n_vcpus],
+            mmap_lock,
+            unmap_ns: vec![0; n_vcpus],
+        }
+    }
+
+    /// The lock kind of lock `l`: the run's spinlock kind, except for `mmap_sem`, whose
+    /// spinning writers queue in order (ticket semantics: no PMT timeout, no PV halt).
+    fn lock_mode(&self, l: usize) -> LockMode {
+        if Some(l) == self.mmap_lock {
+            LockMode::Ticket
+        } else {
+            self.cfg.lock
         }
     }
 
@@ -293,10 +321,12 @@ impl Guest {
     }
 
     /// Number of the program's kernel locks (not counting the allocator lock of
-    /// `free_irqs_off`).
+    /// `free_irqs_off` or the `mmap_sem` of `mmap_sem`).
     #[must_use]
     pub fn n_locks(&self) -> usize {
-        self.alloc_lock.unwrap_or(self.locks.len())
+        self.alloc_lock
+            .or(self.mmap_lock)
+            .unwrap_or(self.locks.len())
     }
 
     /// React to a host-model hook that concerns synchronization. Returns whether it did.
@@ -351,7 +381,11 @@ impl Guest {
             if let (Some(t), false) = (s.timeout_ns, s.timed_out) {
                 ns = ns.min(t.saturating_sub(s.spun_ns).max(1));
             }
-            if self.cfg.lock == LockMode::Pv {
+            let pv = match s.phase {
+                Phase::LockWait(l) => self.lock_mode(l) == LockMode::Pv,
+                _ => self.cfg.lock == LockMode::Pv,
+            };
+            if pv {
                 ns = ns.min(self.pv_threshold_ns().saturating_sub(s.spun_ns).max(1));
             }
         }

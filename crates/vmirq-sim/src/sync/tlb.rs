@@ -37,8 +37,20 @@ impl Shootdowns {
 
 impl Guest {
     /// Start a shootdown on `v`: `kernel_ns` of kernel work (e.g. unmapping), the local
-    /// flush, then the remote flush.
-    pub fn start_shootdown(&mut self, core: &mut Core, v: VcpuId, kernel_ns: Nanos) {
+    /// flush, then the remote flush; with `mmap_sem`, once `v` holds the VM's semaphore.
+    ///
+    /// # Errors
+    /// Engine errors.
+    pub fn start_shootdown(&mut self, core: &mut Core, v: VcpuId, kernel_ns: Nanos) -> Result<()> {
+        if let Some(m) = self.mmap_lock {
+            self.unmap_ns[v] = kernel_ns;
+            return self.acquire(core, v, m, 0);
+        }
+        self.begin_shootdown(core, v, kernel_ns);
+        Ok(())
+    }
+
+    pub(super) fn begin_shootdown(&mut self, core: &mut Core, v: VcpuId, kernel_ns: Nanos) {
         self.st[v].phase = Phase::Kernel;
         core.vcpus[v]
             .work
@@ -188,11 +200,18 @@ impl Guest {
         core.metrics.count("tlb_shootdowns_done");
         self.sd.active[v] = false;
         self.st[v].phase = Phase::User;
+        if let Some(m) = self.mmap_lock {
+            // `up_write(&mm->mmap_sem)` (before the pages are freed: a simplification when
+            // `free_irqs_off` is on as well).
+            self.release_lock(core, v, m, self.alloc_lock.is_none())?;
+        }
         if let Some(l) = self.alloc_lock {
             let cs = core.rng.exp_ns(self.free_cs_ns).max(1);
             return self.acquire(core, v, l, cs);
         }
-        self.ready.push(v);
+        if self.mmap_lock.is_none() {
+            self.ready.push(v);
+        }
         Ok(())
     }
 

@@ -201,8 +201,7 @@ impl Parsec {
         }
         if t.to_tlb == 0 {
             self.th[v].to_tlb = Self::gap(core, self.prof.tlb_gap_us);
-            self.guest.start_shootdown(core, v, self.prof.unmap_ns);
-            return Ok(());
+            return self.guest.start_shootdown(core, v, self.prof.unmap_ns);
         }
         if t.to_lock == 0 {
             self.th[v].to_lock = Self::gap(core, self.prof.lock_gap_us);
