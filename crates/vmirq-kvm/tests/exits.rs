@@ -79,13 +79,9 @@ fn irq_entry_ends_at_the_handler_and_costs_more_than_the_plain_exit() {
 
 #[test]
 fn irqfd_write_loop_times_every_write_and_the_guest_takes_each_interrupt() {
-    let Some(_serial) = common::kvm_or_skip("irqfd_write_loop") else {
+    let Some(_serial) = common::kvm_two_cpus_or_skip("irqfd_write_loop") else {
         return;
     };
-    if vmirq_kvm::host::online_cpus() < 2 {
-        eprintln!("SKIPPED irqfd_write_loop: needs 2 CPUs");
-        return;
-    }
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let w = vmirq_kvm::exits::irqfd::measure(100, clock).expect("loop runs");
     eprintln!("{w:?}");
@@ -97,13 +93,9 @@ fn irqfd_write_loop_times_every_write_and_the_guest_takes_each_interrupt() {
 
 #[test]
 fn forced_interrupt_loop_logs_every_round_in_order() {
-    let Some(_serial) = common::kvm_or_skip("forced_interrupt_loop") else {
+    let Some(_serial) = common::kvm_two_cpus_or_skip("forced_interrupt_loop") else {
         return;
     };
-    if vmirq_kvm::host::online_cpus() < 2 {
-        eprintln!("SKIPPED forced_interrupt_loop: needs 2 CPUs");
-        return;
-    }
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let f = vmirq_kvm::exits::forced::measure(100, clock).expect("loop runs");
     eprintln!("{f:?}");
@@ -128,13 +120,9 @@ fn forced_interrupt_loop_logs_every_round_in_order() {
 
 #[test]
 fn chained_interrupt_loop_takes_the_second_interrupt_after_the_first_handler() {
-    let Some(_serial) = common::kvm_or_skip("chained_interrupt_loop") else {
+    let Some(_serial) = common::kvm_two_cpus_or_skip("chained_interrupt_loop") else {
         return;
     };
-    if vmirq_kvm::host::online_cpus() < 2 {
-        eprintln!("SKIPPED chained_interrupt_loop: needs 2 CPUs");
-        return;
-    }
     let clock = TscClock::calibrate(Duration::from_millis(20));
     let c = vmirq_kvm::exits::forced::measure_chained(100, clock).expect("loop runs");
     eprintln!("{c:?}");

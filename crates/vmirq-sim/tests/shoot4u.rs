@@ -302,6 +302,38 @@ fn bad_parsec_configs_are_rejected_at_the_boundary() {
     .is_err());
 }
 
+/// The spinlock and flush kinds the knob tests run with.
+const SYNC_KINDS: [&str; 4] = [
+    "tlb = \"native\"\nlock = \"ticket\"",
+    "tlb = \"pv-flush\"\nlock = \"pmt\"",
+    "tlb = \"kvmtlb\"\nlock = \"pv\"",
+    "tlb = \"shoot4u\"\nlock = \"pmt\"\nple = true",
+];
+
+/// `cfg(sync)` run with `knob = true` added (its invariants checked after every event) and
+/// without it.
+fn with_and_without(
+    cfg: impl Fn(&str) -> ModelConfig,
+    knob: &str,
+    sync: &str,
+) -> (RunResult, RunResult) {
+    let on = run(&cfg(&format!("{sync}\n{knob} = true")), 3, 1).expect("invariants hold");
+    assert_sync_invariants(&on, &format!("{sync} with {knob}"));
+    let off = run(&cfg(sync), 3, 1).expect("invariants hold");
+    (on, off)
+}
+
+/// dedup with a co-located VM, `work_us` per thread, the given `[workload.profile]` body.
+fn dedup_colocated(profile: &str, work_us: u64, sync: &str) -> ModelConfig {
+    toml::from_str(&format!(
+        "duration_us = 20000000\npcpus = 12\nstagger_slices = true\n\
+         costs = {{ timeslice_ns = 12000000 }}\n[workload]\nkind = \"parsec\"\n\
+         program = \"dedup\"\nwork_us = {work_us}\ncolocated = true\n\
+         [workload.profile]\n{profile}\n[workload.sync]\n{sync}\n"
+    ))
+    .expect("valid config")
+}
+
 /// `free_irqs_off` (an analysis knob, README fifteenth session: no bundled scenario sets
 /// it): after each shootdown the initiator frees the pages under the VM's allocator lock,
 /// one acquisition per shootdown, and a vCPU waiting for or holding that lock holds the
@@ -310,23 +342,11 @@ fn bad_parsec_configs_are_rejected_at_the_boundary() {
 /// longer.
 #[test]
 fn the_allocator_lock_with_interrupts_off_holds_flushes_and_keeps_the_invariants() {
-    let hot = "\n[workload.profile]\ntlb_gap_us = 100\nlock_gap_us = 100000\ncs_ns = 20000\n\
-               unmap_ns = 2000\nbarrier_us = 0\n";
-    let mk = |sync: &str| -> ModelConfig {
-        let base = "duration_us = 20000000\npcpus = 12\nstagger_slices = true\n\
-                    costs = { timeslice_ns = 12000000 }\n[workload]\nkind = \"parsec\"\n\
-                    program = \"dedup\"\nwork_us = 3000\ncolocated = true\n";
-        toml::from_str(&format!("{base}{hot}[workload.sync]\n{sync}\n")).expect("valid")
-    };
-    for sync in [
-        "tlb = \"native\"\nlock = \"ticket\"",
-        "tlb = \"pv-flush\"\nlock = \"pmt\"",
-        "tlb = \"kvmtlb\"\nlock = \"pv\"",
-        "tlb = \"shoot4u\"\nlock = \"pmt\"\nple = true",
-    ] {
-        let on = run(&mk(&format!("{sync}\nfree_irqs_off = true")), 3, 1).expect("invariants");
-        assert_sync_invariants(&on, sync);
-        let off = run(&mk(sync), 3, 1).expect("invariants");
+    let hot =
+        "tlb_gap_us = 100\nlock_gap_us = 100000\ncs_ns = 20000\nunmap_ns = 2000\nbarrier_us = 0";
+    let mk = |sync: &str| dedup_colocated(hot, 3_000, sync);
+    for sync in SYNC_KINDS {
+        let (on, off) = with_and_without(mk, "free_irqs_off", sync);
         // One allocator-lock acquisition per shootdown, on top of the program's own.
         let program_locks =
             counter(&off, "lock_acquires") as f64 / counter(&off, "tlb_shootdowns") as f64;
@@ -361,28 +381,16 @@ fn the_allocator_lock_with_interrupts_off_holds_flushes_and_keeps_the_invariants
 #[test]
 fn shootdowns_under_mmap_sem_are_serialized_and_keep_the_invariants() {
     // No program lock (its gap is longer than the run): every acquisition is the semaphore.
-    let no_locks = "\n[workload.profile]\ntlb_gap_us = 500\nlock_gap_us = 1000000000\n\
-                    cs_ns = 1000\nunmap_ns = 2000\nbarrier_us = 0\n";
-    let mk = |sync: &str| -> ModelConfig {
-        let base = "duration_us = 20000000\npcpus = 12\nstagger_slices = true\n\
-                    costs = { timeslice_ns = 12000000 }\n[workload]\nkind = \"parsec\"\n\
-                    program = \"dedup\"\nwork_us = 4000\ncolocated = true\n";
-        toml::from_str(&format!("{base}{no_locks}[workload.sync]\n{sync}\n")).expect("valid")
-    };
-    for sync in [
-        "tlb = \"native\"\nlock = \"ticket\"",
-        "tlb = \"pv-flush\"\nlock = \"pmt\"",
-        "tlb = \"kvmtlb\"\nlock = \"pv\"",
-        "tlb = \"shoot4u\"\nlock = \"pmt\"\nple = true",
-    ] {
-        let on = run(&mk(&format!("{sync}\nmmap_sem = true")), 3, 1).expect("invariants hold");
-        assert_sync_invariants(&on, sync);
+    let no_locks =
+        "tlb_gap_us = 500\nlock_gap_us = 1000000000\ncs_ns = 1000\nunmap_ns = 2000\nbarrier_us = 0";
+    let mk = |sync: &str| dedup_colocated(no_locks, 4_000, sync);
+    for sync in SYNC_KINDS {
+        let (on, off) = with_and_without(mk, "mmap_sem", sync);
         assert_eq!(
             counter(&on, "lock_acquires"),
             counter(&on, "tlb_shootdowns"),
             "{sync}: one semaphore acquisition per shootdown"
         );
-        let off = run(&mk(sync), 3, 1).expect("invariants hold");
         assert_eq!(counter(&off, "lock_acquires"), 0, "{sync}");
     }
     let native = |extra: &str| {

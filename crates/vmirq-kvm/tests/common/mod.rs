@@ -19,3 +19,18 @@ pub fn kvm_or_skip(test: &str) -> Option<MutexGuard<'static, ()>> {
     }
     Some(SERIAL.lock().unwrap_or_else(PoisonError::into_inner))
 }
+
+/// As [`kvm_or_skip`], for a loop whose writer and vCPU need a CPU each: skipped (and said
+/// so) on a 1-CPU machine.
+#[allow(
+    dead_code,
+    reason = "each test binary compiles this module; not all need two CPUs"
+)]
+pub fn kvm_two_cpus_or_skip(test: &str) -> Option<MutexGuard<'static, ()>> {
+    let serial = kvm_or_skip(test)?;
+    if vmirq_kvm::host::online_cpus() < 2 {
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs 2 CPUs");
+        return None;
+    }
+    Some(serial)
+}
