@@ -109,13 +109,10 @@ fn forced_interrupt_loop_logs_every_round_in_order() {
     // for a real exit and delivery: more than a native loop iteration.
     assert!(f.to_handler_ns.p50 > 100, "{f:?}");
     assert!(f.lost_ns.max >= f.to_handler_ns.max, "{f:?}");
-    // The writer's own write() is timed in every kept round and ends before it could have
-    // waited for the handler: shorter than the write-to-handler span at the median.
+    // The writer's own write() is timed in every kept round, and takes time (with posted
+    // interrupts the handler may start before it returns, so no order is asserted).
     assert_eq!(f.write_ns.n, kept);
-    assert!(
-        f.write_ns.p50 > 0 && f.write_ns.p50 < f.arrival_ns.p50,
-        "{f:?}"
-    );
+    assert!(f.write_ns.p50 > 0, "{f:?}");
 }
 
 #[test]
@@ -131,10 +128,13 @@ fn chained_interrupt_loop_takes_the_second_interrupt_after_the_first_handler() {
     let accounted = c.iret_to_handler_ns.n + u64::from(c.ran_between) + u64::from(c.rejected);
     assert_eq!(accounted, 100, "{c:?}");
     assert!(c.rejected <= 10, "{c:?}");
-    // The second signal is sent while the first handler runs with interrupts masked, so
-    // most rounds take it at the iretq, and that takes time (an injection and a delivery).
-    assert!(c.iret_to_handler_ns.n >= 50, "{c:?}");
-    assert!(c.iret_to_handler_ns.p50 > 100, "{c:?}");
+    // A round kept took the second interrupt at the iretq, which costs an injection and a
+    // delivery. (On this repository's PVM hosts the handler is emulated and takes ~12 us,
+    // so nearly every round is kept; on a host that runs the handler natively the second
+    // signal may arrive after it returned, and the round counts as ran-between.)
+    if c.iret_to_handler_ns.n > 0 {
+        assert!(c.iret_to_handler_ns.p50 > 100, "{c:?}");
+    }
 }
 
 #[test]
