@@ -347,8 +347,11 @@ def main():
                     sys.exit(f"--v11: exits-{r}.json's forced_irq has no write_ns "
                              "(vmirq kvm exits before the fifteenth session)")
             c = exits[r].get("chained_irq")
-            if c:
+            if c and c["iret_to_handler_ns"]["n"] > 0:
                 per["chained_iret_ns"].append(c["iret_to_handler_ns"]["p50"])
+            elif c and v12:
+                print(f"round {r}: no chained round took the interrupt at the iretq "
+                      f"({c['ran_between']} ran between): left out", file=sys.stderr)
             elif v12:
                 print(f"round {r}: exits has no chained_irq result: left out", file=sys.stderr)
             else:
