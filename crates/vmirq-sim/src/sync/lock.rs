@@ -107,18 +107,13 @@ impl Guest {
             core.metrics.count("lock_model_errors"); // release outside a critical section
             return Ok(());
         };
-        self.release_lock(core, v, l, true)
+        self.release_lock(core, v, l)?;
+        self.ready.push(v);
+        Ok(())
     }
 
-    /// `v` releases lock `l` (it must hold it) and the next holder is picked; `ready`: the
-    /// thread's operation ends with it.
-    pub(super) fn release_lock(
-        &mut self,
-        core: &mut Core,
-        v: VcpuId,
-        l: usize,
-        ready: bool,
-    ) -> Result<()> {
+    /// `v` releases lock `l` (it must hold it) and the next holder is picked.
+    pub(super) fn release_lock(&mut self, core: &mut Core, v: VcpuId, l: usize) -> Result<()> {
         if self.locks[l].holder != Some(v) {
             core.metrics.count("lock_model_errors"); // release of a lock not held
             return Ok(());
@@ -126,9 +121,6 @@ impl Guest {
         self.locks[l].holder = None;
         self.st[v].phase = Phase::User;
         self.st[v].granted = false;
-        if ready {
-            self.ready.push(v);
-        }
         if Some(l) == self.alloc_lock {
             self.run_held_flushes(core, v);
         }

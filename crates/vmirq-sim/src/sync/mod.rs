@@ -223,6 +223,9 @@ pub struct Guest {
     left_mm: Vec<bool>,
     /// Threads whose operation (shootdown, lock acquire + critical section) finished.
     pub ready: Vec<VcpuId>,
+    /// The program's kernel locks: indices below this (the allocator lock and `mmap_sem`
+    /// come after them).
+    program_locks: usize,
     /// The allocator lock's index (`free_irqs_off`): after the program's locks.
     alloc_lock: Option<usize>,
     /// Mean critical section under the allocator lock (the program's `cs_ns`).
@@ -267,6 +270,7 @@ impl Guest {
             idle: vec![false; n_vcpus],
             left_mm: vec![false; n_vcpus],
             ready: Vec::new(),
+            program_locks,
             alloc_lock,
             free_cs_ns: 1_000,
             held_flushes: vec![Vec::new(); n_vcpus],
@@ -324,9 +328,7 @@ impl Guest {
     /// `free_irqs_off` or the `mmap_sem` of `mmap_sem`).
     #[must_use]
     pub fn n_locks(&self) -> usize {
-        self.alloc_lock
-            .or(self.mmap_lock)
-            .unwrap_or(self.locks.len())
+        self.program_locks
     }
 
     /// React to a host-model hook that concerns synchronization. Returns whether it did.
@@ -381,11 +383,7 @@ impl Guest {
             if let (Some(t), false) = (s.timeout_ns, s.timed_out) {
                 ns = ns.min(t.saturating_sub(s.spun_ns).max(1));
             }
-            let pv = match s.phase {
-                Phase::LockWait(l) => self.lock_mode(l) == LockMode::Pv,
-                _ => self.cfg.lock == LockMode::Pv,
-            };
-            if pv {
+            if matches!(s.phase, Phase::LockWait(l) if self.lock_mode(l) == LockMode::Pv) {
                 ns = ns.min(self.pv_threshold_ns().saturating_sub(s.spun_ns).max(1));
             }
         }

@@ -157,6 +157,11 @@ impl Guest {
             self.held_flushes[u].push(from);
             return;
         }
+        self.run_flush_handler(core, u, from);
+    }
+
+    /// `u` runs the flush handler of `from`'s shootdown next (its ack at the end).
+    fn run_flush_handler(&self, core: &mut Core, u: VcpuId, from: VcpuId) {
         let tag = tags::FLUSH_HANDLER + u32::try_from(from).unwrap_or(0);
         let ns = self.cfg.costs.flush_handler_ns;
         core.vcpus[u].work.push_front(Work::app(ns, tag));
@@ -203,15 +208,13 @@ impl Guest {
         if let Some(m) = self.mmap_lock {
             // `up_write(&mm->mmap_sem)` (before the pages are freed: a simplification when
             // `free_irqs_off` is on as well).
-            self.release_lock(core, v, m, self.alloc_lock.is_none())?;
+            self.release_lock(core, v, m)?;
         }
         if let Some(l) = self.alloc_lock {
             let cs = core.rng.exp_ns(self.free_cs_ns).max(1);
             return self.acquire(core, v, l, cs);
         }
-        if self.mmap_lock.is_none() {
-            self.ready.push(v);
-        }
+        self.ready.push(v);
         Ok(())
     }
 
@@ -219,9 +222,7 @@ impl Guest {
     pub(super) fn run_held_flushes(&mut self, core: &mut Core, v: VcpuId) {
         let held = std::mem::take(&mut self.held_flushes[v]);
         for &from in held.iter().rev() {
-            let tag = tags::FLUSH_HANDLER + u32::try_from(from).unwrap_or(0);
-            let ns = self.cfg.costs.flush_handler_ns;
-            core.vcpus[v].work.push_front(Work::app(ns, tag));
+            self.run_flush_handler(core, v, from);
         }
     }
 
