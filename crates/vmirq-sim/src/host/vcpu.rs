@@ -605,25 +605,19 @@ impl Core {
         }
     }
 
-    /// The masked handler of `v` executes `iretq` (`Costs::irq_chain_ns` set): if a device
-    /// interrupt is held, it is taken right there, without returning to the interrupted
-    /// code, at `irq_chain_ns` up to the next handler's first instruction; the handler's
-    /// end-of-handler marker `ret_marker` (next in the queue) is dropped, as the handler is
-    /// left here. Returns whether that happened (else the caller returns as usual).
+    /// The masked handler of `v` executes `iretq` (`Costs::irq_chain_ns` set): a held
+    /// device interrupt is taken right there, without returning to the interrupted code, at
+    /// `irq_chain_ns` up to the next handler's first instruction. Returns whether one was
+    /// held (else nothing changes and the caller returns as usual); the caller drops what
+    /// it queued for the end of the handler it leaves.
     ///
     /// # Errors
     /// As [`Core::dispatch`].
-    pub fn iret_takes_held_irq(&mut self, v: VcpuId, ret_marker: Work) -> Result<bool> {
-        if self.vcpus[v].masked_irq.is_none() {
-            return Ok(false);
-        }
-        if self.vcpus[v].work.front() == Some(&ret_marker) {
-            self.vcpus[v].work.pop_front();
-        }
-        self.vcpus[v].in_handler = false;
+    pub fn chain_held_irq(&mut self, v: VcpuId) -> Result<bool> {
         let Some(irq) = self.vcpus[v].masked_irq.take() else {
             return Ok(false);
         };
+        self.vcpus[v].in_handler = false;
         self.metrics.count("irqs_delivered");
         self.metrics.count("irqs_chained_at_iret");
         self.preempt_work(v);

@@ -114,7 +114,13 @@ impl Storage {
     /// The handler's `iretq` (with `Costs::irq_chain_ns`): a held interrupt is taken right
     /// here, else the handler returns to the interrupted code.
     fn iret(core: &mut Core) -> Result<()> {
-        if !core.iret_takes_held_irq(0, Work::app(0, ISR_RETURN))? {
+        if core.vcpus[0].masked_irq.is_some() {
+            // The handler is left here: its end marker (next in the queue) goes.
+            if core.vcpus[0].work.front() == Some(&Work::app(0, ISR_RETURN)) {
+                core.vcpus[0].work.pop_front();
+            }
+            core.chain_held_irq(0)?;
+        } else {
             let ret = Self::irq_return(core);
             core.vcpus[0].work.push_front(ret);
         }
