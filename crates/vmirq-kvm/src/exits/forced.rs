@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::guest::forced::{program, RECORDS, RECORDS_MAX, RECORD_BYTES};
 use crate::host::{pin_to, rdtsc, spin_until_tsc, TscClock};
 use crate::layout::{mailbox, WAKE_GSI, WAKE_VECTOR};
+use crate::memory::GuestRam;
 use crate::vm::{Vm, VmConfig};
 use crate::wake::target;
 use serde::Serialize;
@@ -86,6 +87,18 @@ fn start() -> Result<(Vm, EventFd, target::Running)> {
     Ok((vm, irqfd, running))
 }
 
+/// Spin until the guest wrote a non-zero value at `at`, at most [`HANDSHAKE`].
+fn wait_logged(ram: &GuestRam, at: u64, what: &'static str) -> Result<()> {
+    let t = Instant::now();
+    while ram.load(at)? == 0 {
+        if t.elapsed() > HANDSHAKE {
+            return Err(Error::Timeout(what));
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
 /// Run `iterations` timed rounds.
 ///
 /// # Errors
@@ -109,13 +122,11 @@ pub fn measure(iterations: u32, clock: TscClock) -> Result<ForcedIrq> {
                     let before = rdtsc();
                     irqfd.write(1).map_err(Error::io("irqfd write"))?;
                     sent.push((before, rdtsc()));
-                    let t = Instant::now();
-                    while ram.load(RECORDS + i * RECORD_BYTES + 24)? == 0 {
-                        if t.elapsed() > HANDSHAKE {
-                            return Err(Error::Timeout("the guest to log a forced interrupt"));
-                        }
-                        std::hint::spin_loop();
-                    }
+                    wait_logged(
+                        ram,
+                        RECORDS + i * RECORD_BYTES + 24,
+                        "the guest to log a forced interrupt",
+                    )?;
                 }
                 Ok(sent)
             })
@@ -208,16 +219,6 @@ pub fn measure_chained(iterations: u32, clock: TscClock) -> Result<ChainedIrq> {
     let (vm, irqfd, running) = start()?;
     let ram = &vm.ram;
     let gap = clock.ticks(GAP_NS);
-    let wait = |at: u64, what: &'static str| -> Result<()> {
-        let t = Instant::now();
-        while ram.load(at)? == 0 {
-            if t.elapsed() > HANDSHAKE {
-                return Err(Error::Timeout(what));
-            }
-            std::hint::spin_loop();
-        }
-        Ok(())
-    };
     let written = running.wait_ready(Duration::from_secs(5)).and_then(|()| {
         std::thread::scope(|s| {
             s.spawn(|| -> Result<()> {
@@ -226,9 +227,14 @@ pub fn measure_chained(iterations: u32, clock: TscClock) -> Result<ChainedIrq> {
                     let first = RECORDS + 2 * i * RECORD_BYTES;
                     spin_until_tsc(rdtsc() + gap);
                     irqfd.write(1).map_err(Error::io("irqfd write"))?;
-                    wait(first + 8, "the guest to enter the first chained handler")?;
+                    wait_logged(
+                        ram,
+                        first + 8,
+                        "the guest to enter the first chained handler",
+                    )?;
                     irqfd.write(1).map_err(Error::io("irqfd write"))?;
-                    wait(
+                    wait_logged(
+                        ram,
                         first + RECORD_BYTES + 24,
                         "the guest to resume after the second chained handler",
                     )?;
